@@ -1,0 +1,346 @@
+/*
+** db_file.c — the wrapper around each main database file.
+**
+** Database pages are never changed: every read and write passes through to
+** the lower VFS (ORIGFILE). The wrapper exists for what SQLite asks the
+** *database* file about the WAL:
+**
+**   xDeviceCharacteristics  always reports POWERSAFE_OVERWRITE and never
+**                           SEQUENTIAL: SQLite then never pads frames to
+**                           sector boundaries (padding is computed in logical
+**                           offsets, meaningless in the physical layout).
+**   SQLITE_FCNTL_PERSIST_WAL  answers "keep the WAL" so the preallocated
+**                           log survives close; answers "delete" after the
+**                           application leaves WAL mode, so that
+**                           journal_mode=DELETE detaches the database.
+**   SQLITE_FCNTL_PRAGMA     waldio's PRAGMAs (pragmas.c), and notes
+**                           PRAGMA synchronous / journal_mode as set.
+**   xShm*                   waldio's wal-index is not "<db>-shm" but
+**                           "<db>-wal-shm": the shm methods go to a second
+**                           lower-VFS file object opened on the log's path,
+**                           so the unix VFS's own shared-memory code serves
+**                           it. A stock SQLite never shares it, and so always
+**                           runs recovery, meets the guard header and stops
+**                           (wal_format.c F4), instead of reading the physical
+**                           log through a waldio wal-index.
+**   xShmMap                 remembers wal-index region 0 for the cache epoch.
+**   xShmLock                notes when this connection holds WAL_WRITE_LOCK.
+**   xShmBarrier             SQLite calls it between writing the two copies
+**                           of the wal-index header, i.e. while publishing a
+**                           commit: the held frame header is written first
+**                           (wal_file.c W1), then the commit's header becomes
+**                           the cache epoch (wal_log.c L3).
+**   xShmUnmap               at the last close, after SQLite's checkpoint: if
+**                           every frame was backfilled, the log is marked
+**                           empty when the WAL closes.
+**
+** The wal-index header layout read here (mxFrame at byte 16 of each 48-byte
+** copy, nBackfill at byte 96) is SQLite's documented shared-memory format
+** (sqlite.org/walformat.html), unchanged since 3.7.0.
+*/
+#include "vfs_internal.h"
+#include "errors.h"
+#include "options.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#ifndef SQLITE_FCNTL_BLOCK_ON_CONNECT
+# define SQLITE_FCNTL_BLOCK_ON_CONNECT 44   /* SQLite 3.48+ */
+#endif
+#define WAL_WRITE_LOCK_SLOT 0
+#define SHM_MXFRAME   16
+#define SHM_NBACKFILL 96
+
+static waldio_db_file *D(sqlite3_file *f){ return (waldio_db_file*)f; }
+
+/* ------------------------------------------------------ the wal-index host */
+
+static void close_shm_host(waldio_db_file *p){
+  if( p->pShmHost ){
+    if( p->pShmHost->pMethods ) p->pShmHost->pMethods->xClose(p->pShmHost);
+    sqlite3_free(p->pShmHost);
+  }
+  sqlite3_free_filename(p->zShmHostName);
+  p->pShmHost = 0;
+  p->zShmHostName = 0;
+}
+
+/* The lower-VFS file whose shared memory is this database's wal-index. */
+static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
+  sqlite3_vfs *pLower = p->pVfs->pLower;
+  const char *azParam[2] = { "readonly_shm", "1" };
+  const char *zWal;
+  int nParam, flags = 0;
+
+  *pRc = SQLITE_OK;
+  if( p->pShmHost ) return p->pShmHost;
+  zWal = sqlite3_filename_wal(p->zName);
+  nParam = sqlite3_uri_boolean(p->zName, "readonly_shm", 0) ? 1 : 0;
+  p->zShmHostName = sqlite3_create_filename(zWal, "", "", nParam, azParam);
+  p->pShmHost = sqlite3_malloc(pLower->szOsFile);
+  if( !p->zShmHostName || !p->pShmHost ){
+    close_shm_host(p);
+    *pRc = SQLITE_NOMEM;
+    return 0;
+  }
+  memset(p->pShmHost, 0, pLower->szOsFile);
+  *pRc = pLower->xOpen(pLower, p->zShmHostName, p->pShmHost,
+                       SQLITE_OPEN_READWRITE|SQLITE_OPEN_MAIN_DB, &flags);
+  if( *pRc==SQLITE_OK && p->pShmHost->pMethods->iVersion<2 ) *pRc = SQLITE_CANTOPEN;
+  if( *pRc ){
+    waldio_error(*pRc, "%s: cannot open the wal-index of %s", p->zName, zWal);
+    close_shm_host(p);
+    return 0;
+  }
+  return p->pShmHost;
+}
+
+static int dbClose(sqlite3_file *f){
+  waldio_db_file *p = D(f);
+  sqlite3_file *o = ORIGFILE(f);
+  if( p->pShmHost ){
+    p->pShmHost->pMethods->xShmUnmap(p->pShmHost, 0);
+    close_shm_host(p);
+  }
+  return o->pMethods ? o->pMethods->xClose(o) : SQLITE_OK;
+}
+static int dbRead(sqlite3_file *f, void *z, int n, sqlite3_int64 off){
+  return ORIGFILE(f)->pMethods->xRead(ORIGFILE(f), z, n, off);
+}
+static int dbWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off){
+  return ORIGFILE(f)->pMethods->xWrite(ORIGFILE(f), z, n, off);
+}
+static int dbTruncate(sqlite3_file *f, sqlite3_int64 size){
+  return ORIGFILE(f)->pMethods->xTruncate(ORIGFILE(f), size);
+}
+static int dbSync(sqlite3_file *f, int flags){
+  return ORIGFILE(f)->pMethods->xSync(ORIGFILE(f), flags);
+}
+static int dbFileSize(sqlite3_file *f, sqlite3_int64 *pSize){
+  return ORIGFILE(f)->pMethods->xFileSize(ORIGFILE(f), pSize);
+}
+static int dbLock(sqlite3_file *f, int level){
+  int rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
+  if( rc==SQLITE_OK ) D(f)->lockLevel = level;
+  return rc;
+}
+static int dbUnlock(sqlite3_file *f, int level){
+  int rc = ORIGFILE(f)->pMethods->xUnlock(ORIGFILE(f), level);
+  if( rc==SQLITE_OK ) D(f)->lockLevel = level;
+  return rc;
+}
+static int dbCheckReservedLock(sqlite3_file *f, int *pOut){
+  return ORIGFILE(f)->pMethods->xCheckReservedLock(ORIGFILE(f), pOut);
+}
+static int dbSectorSize(sqlite3_file *f){
+  return ORIGFILE(f)->pMethods->xSectorSize(ORIGFILE(f));
+}
+static int dbDeviceCharacteristics(sqlite3_file *f){
+  int dc = ORIGFILE(f)->pMethods->xDeviceCharacteristics(ORIGFILE(f));
+  return (dc & ~SQLITE_IOCAP_SEQUENTIAL) | SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+}
+
+/* PRAGMA synchronous values as sqlite3GetSafetyLevel reads them. */
+static int parse_sync_level(const char *z){
+  static const struct { const char *zName; int level; } a[] = {
+    {"off",0}, {"no",0}, {"false",0}, {"normal",1}, {"on",1}, {"yes",1},
+    {"true",1}, {"full",2}, {"extra",3},
+  };
+  size_t i;
+  if( z[0]>='0' && z[0]<='9' ) return z[0]-'0' > 3 ? -1 : z[0]-'0';
+  for(i=0; i<sizeof(a)/sizeof(a[0]); i++){
+    if( strcasecmp(z, a[i].zName)==0 ) return a[i].level;
+  }
+  return -1;
+}
+
+int waldio_db_sync_level(const waldio_db_file *p){
+  return p->syncLevel>=0 ? p->syncLevel : p->pVfs->defaultSyncLevel;
+}
+
+/* Remember settings waldio depends on before SQLite applies them. */
+static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
+  if( !zArg ) return;
+  if( strcasecmp(zName, "synchronous")==0 ){
+    int level = parse_sync_level(zArg);
+    if( level>=0 ) p->syncLevel = level;
+  }else if( strcasecmp(zName, "journal_mode")==0 ){
+    p->leavingWal = strcasecmp(zArg, "wal")!=0;
+  }
+}
+
+static int dbFileControl(sqlite3_file *f, int op, void *pArg){
+  waldio_db_file *p = D(f);
+  sqlite3_file *o = ORIGFILE(f);
+  int rc;
+  switch( op ){
+    case WALDIO_FCNTL_SELF:
+      *(waldio_db_file**)pArg = p;
+      return SQLITE_OK;
+    case SQLITE_FCNTL_PERSIST_WAL: {
+      int *pVal = pArg;
+      if( *pVal>=0 ){
+        p->persistWal = *pVal;
+      }else{
+        *pVal = (p->leavingWal || p->persistWal==0) ? 0 : 1;
+      }
+      return SQLITE_OK;
+    }
+    case SQLITE_FCNTL_PRAGMA: {
+      char **az = pArg;
+      rc = waldio_pragma(p, az);
+      if( rc!=SQLITE_NOTFOUND ) return rc;
+      note_pragma(p, az[1], az[2]);
+      break;
+    }
+    case SQLITE_FCNTL_LOCK_TIMEOUT:
+    case SQLITE_FCNTL_BLOCK_ON_CONNECT:
+      /* Blocking wal-index locks are taken on the host: tell it too. */
+      if( p->pShmHost ){
+        int v = *(int*)pArg;
+        p->pShmHost->pMethods->xFileControl(p->pShmHost, op, &v);
+      }
+      break;
+    case SQLITE_FCNTL_EXTERNAL_READER:
+      if( p->pShmHost ){
+        return p->pShmHost->pMethods->xFileControl(p->pShmHost, op, pArg);
+      }
+      *(int*)pArg = 0;
+      return SQLITE_OK;
+    default:
+      break;
+  }
+  rc = o->pMethods->xFileControl(o, op, pArg);
+  if( rc==SQLITE_OK && op==SQLITE_FCNTL_VFSNAME ){
+    char **pz = pArg;
+    *pz = sqlite3_mprintf("%s/%z", p->pVfs->zName, *pz);
+  }
+  return rc;
+}
+
+static int dbShmMap(sqlite3_file *f, int iRegion, int szRegion, int bExtend,
+                    void volatile **pp){
+  int rc;
+  sqlite3_file *h = shm_host(D(f), &rc);
+  *pp = 0;
+  if( !h ) return rc;
+  rc = h->pMethods->xShmMap(h, iRegion, szRegion, bExtend, pp);
+  if( (rc==SQLITE_OK || rc==SQLITE_READONLY) && iRegion==0 && *pp ){
+    D(f)->shm0 = *pp;
+  }
+  return rc;
+}
+
+static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
+  waldio_db_file *p = D(f);
+  int rc;
+  sqlite3_file *h = shm_host(p, &rc);
+  if( !h ) return rc;
+  rc = h->pMethods->xShmLock(h, ofst, n, flags);
+  if( rc==SQLITE_OK && ofst<=WAL_WRITE_LOCK_SLOT
+   && WAL_WRITE_LOCK_SLOT<ofst+n ){
+    if( flags & SQLITE_SHM_UNLOCK ){
+      p->holdsWriteLock = 0;
+      if( p->pWal ) p->pWal->wroteSinceBarrier = 0;
+    }else if( flags & SQLITE_SHM_EXCLUSIVE ){
+      p->holdsWriteLock = 1;
+    }
+  }
+  return rc;
+}
+
+static void dbShmBarrier(sqlite3_file *f){
+  waldio_db_file *p = D(f);
+  if( p->pShmHost ){
+    p->pShmHost->pMethods->xShmBarrier(p->pShmHost);
+  }else{
+    __sync_synchronize();
+  }
+  if( !p->pWal ) return;
+  /* A failure here is kept in the log (poison or last error) and seen by
+  ** the next WAL call; xShmBarrier itself cannot fail. */
+  waldio_wal_flush_pending(p->pWal);
+  if( p->pWal->wroteSinceBarrier && p->shm0
+   && (p->holdsWriteLock || p->lockLevel==SQLITE_LOCK_EXCLUSIVE) ){
+    log_publish(p->pWal->pLog, (const volatile char*)p->shm0 + WALINDEX_HDR_BYTES);
+    p->pWal->wroteSinceBarrier = 0;
+  }
+}
+
+static u32 shm_u32(const volatile void *shm, int off){
+  u32 v;
+  memcpy(&v, (const char*)shm + off, sizeof(v));
+  return v;
+}
+
+static int dbShmUnmap(sqlite3_file *f, int deleteFlag){
+  waldio_db_file *p = D(f);
+  const volatile void *shm = p->shm0;
+  int rc = SQLITE_OK;
+  if( p->pWal && shm && !deleteFlag && p->lockLevel==SQLITE_LOCK_EXCLUSIVE
+   && memcmp((const void*)shm, (const char*)shm + WALINDEX_HDR_BYTES,
+             WALINDEX_HDR_BYTES)==0
+   && shm_u32(shm, SHM_MXFRAME)==shm_u32(shm, SHM_NBACKFILL) ){
+    p->pWal->closeClean = 1;
+  }
+  p->shm0 = 0;
+  if( p->pShmHost ){
+    rc = p->pShmHost->pMethods->xShmUnmap(p->pShmHost, deleteFlag);
+    close_shm_host(p);
+  }
+  return rc;
+}
+
+static int dbFetch(sqlite3_file *f, sqlite3_int64 off, int n, void **pp){
+  sqlite3_file *o = ORIGFILE(f);
+  if( o->pMethods->iVersion<3 ){ *pp = 0; return SQLITE_OK; }
+  return o->pMethods->xFetch(o, off, n, pp);
+}
+static int dbUnfetch(sqlite3_file *f, sqlite3_int64 off, void *pPage){
+  sqlite3_file *o = ORIGFILE(f);
+  if( o->pMethods->iVersion<3 ) return SQLITE_OK;
+  return o->pMethods->xUnfetch(o, off, pPage);
+}
+
+const sqlite3_io_methods waldio_db_io_methods = {
+  3, dbClose, dbRead, dbWrite, dbTruncate, dbSync, dbFileSize, dbLock,
+  dbUnlock, dbCheckReservedLock, dbFileControl, dbSectorSize,
+  dbDeviceCharacteristics, dbShmMap, dbShmLock, dbShmBarrier, dbShmUnmap,
+  dbFetch, dbUnfetch
+};
+
+int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
+                   int flags, int *pOutFlags){
+  sqlite3_vfs *pLower = v->pLower;
+  int rc;
+  memset(p, 0, sizeof(*p));
+  p->pVfs = v;
+  p->zName = zName;
+  p->opts = v->opts;
+  p->syncLevel = -1;
+  p->persistWal = -1;
+  rc = waldio_options_from_uri(&p->opts, zName);
+  if( rc ) return rc;
+  rc = pLower->xOpen(pLower, zName, ORIGFILE(p), flags, pOutFlags);
+  if( rc==SQLITE_OK ){
+    if( ORIGFILE(p)->pMethods->iVersion<2 ){
+      ORIGFILE(p)->pMethods->xClose(ORIGFILE(p));
+      return waldio_error(SQLITE_CANTOPEN, "%s: the VFS below waldio has no"
+                          " shared-memory methods", zName ? zName : "");
+    }
+    p->base.pMethods = &waldio_db_io_methods;
+  }
+  return rc;
+}
+
+waldio_db_file *waldio_db_of(sqlite3_file *pTop){
+  waldio_db_file *p = 0;
+  if( !pTop || !pTop->pMethods ) return 0;
+  if( pTop->pMethods==&waldio_db_io_methods ) return (waldio_db_file*)pTop;
+  if( pTop->pMethods->xFileControl(pTop, WALDIO_FCNTL_SELF, &p)!=SQLITE_OK ){
+    return 0;
+  }
+  return p;
+}

@@ -1,0 +1,65 @@
+/*
+** dio_file.h — one log file opened for direct I/O: opening and probing
+** (alignment, file system, O_DIRECT support), aligned buffers, block reads
+** and writes, flushes, and durable zero-fill preallocation.
+**
+** Invariants:
+**   D1  When `direct` is set, every read and write is `block`-aligned in
+**       offset and length and uses a buffer from dio_alloc().
+**   D2  dio_zero_fill() leaves the range allocated as *written* zeros
+**       (FALLOC_FL_WRITE_ZEROES or real zero writes, never plain
+**       fallocate): a later overwrite is a pure overwrite that needs no
+**       file-system journaling. It does not flush; callers do.
+*/
+#ifndef WALDIO_DIO_FILE_H
+#define WALDIO_DIO_FILE_H
+
+#include "syscalls.h"
+#include "wal_format.h"
+#include "waldio.h"
+
+typedef struct dio_file {
+  const waldio_syscalls *sys;
+  const char *zPath;        /* borrowed: lives as long as the owner */
+  int fd;
+  int direct;               /* O_DIRECT in effect */
+  int readonly;
+  u32 memAlign;             /* buffer alignment */
+  u32 offAlign;             /* O_DIRECT offset/length alignment (statx) */
+  u32 block;                /* the log's block size: >= offAlign, fs block */
+  char zFs[16];             /* file system type name */
+  const char *zDioSource;   /* where offAlign came from */
+  int writeZeroes;          /* FALLOC_FL_WRITE_ZEROES: 1 ok, 0 untried, -1 no */
+  int rwfDsync;             /* RWF_DSYNC: 1 ok, 0 untried, -1 no */
+} dio_file;
+
+/* Open (creating with mode if absent) and probe. *pCreated is set when the
+** file did not exist. io is a WALDIO_IO_* policy. */
+int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
+             int io, mode_t mode, int *pCreated);
+void dio_close(dio_file *f);
+
+void *dio_alloc(const dio_file *f, size_t n);
+void dio_free(void *p);
+
+/* Read up to n bytes at off; *pGot receives the count (short at EOF). */
+int dio_read(dio_file *f, void *buf, size_t n, i64 off, size_t *pGot);
+
+/* Write n bytes at off. dsync: the write is durable when this returns
+** (RWF_DSYNC, or write + fdatasync where RWF_DSYNC is unavailable). */
+int dio_write(dio_file *f, const void *buf, size_t n, i64 off, int dsync);
+
+int dio_fdatasync(dio_file *f);
+int dio_file_size(dio_file *f, i64 *pSize);
+int dio_truncate(dio_file *f, i64 size);
+
+/* Allocate [off, off+len) as written zeros (D2). */
+int dio_zero_fill(dio_file *f, i64 off, i64 len);
+
+/* fsync the directory that holds zPath (after creating or renaming). */
+int dio_sync_dir(const waldio_syscalls *sys, const char *zPath);
+
+/* btrfs: mark an empty file NOCOW so direct writes stay direct. */
+void dio_set_nocow(dio_file *f);
+
+#endif

@@ -1,0 +1,98 @@
+/*
+** log_flusher.c — the normal-mode flush timer (see log_flusher.h).
+**
+** The deadline is set by the first write after the last flush and is not
+** pushed back by later writes, so the bound holds under a steady stream of
+** commits: at most one flush per flush_ms.
+*/
+#include "log_flusher.h"
+#include "errors.h"
+#include "sqlite_api.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <time.h>
+
+struct log_flusher {
+  pthread_t thread;
+  pthread_cond_t cond;
+  i64 deadlineNs;          /* 0: not armed */
+  int stop;
+};
+
+static i64 now_ns(void){
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (i64)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void *flusher_main(void *pArg){
+  waldio_log *pLog = pArg;
+  log_flusher *f = pLog->pFlusher;
+  pthread_mutex_lock(&pLog->mutex);
+  while( !f->stop ){
+    i64 t = now_ns();
+    if( f->deadlineNs==0 ){
+      pthread_cond_wait(&f->cond, &pLog->mutex);
+    }else if( t<f->deadlineNs ){
+      struct timespec ts;
+      ts.tv_sec = f->deadlineNs / 1000000000;
+      ts.tv_nsec = f->deadlineNs % 1000000000;
+      pthread_cond_timedwait(&f->cond, &pLog->mutex, &ts);
+    }else{
+      f->deadlineNs = 0;
+      pthread_mutex_unlock(&pLog->mutex);
+      log_sync_from_flusher(pLog);
+      pthread_mutex_lock(&pLog->mutex);
+    }
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+  return 0;
+}
+
+static log_flusher *flusher_start(waldio_log *pLog){
+  pthread_condattr_t attr;
+  log_flusher *f = calloc(1, sizeof(*f));
+  if( !f ) return 0;
+  pthread_condattr_init(&attr);
+  pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+  pthread_cond_init(&f->cond, &attr);
+  pthread_condattr_destroy(&attr);
+  pLog->pFlusher = f;
+  if( pthread_create(&f->thread, 0, flusher_main, pLog) ){
+    pthread_cond_destroy(&f->cond);
+    free(f);
+    pLog->pFlusher = 0;
+    waldio_error(SQLITE_NOMEM, "cannot start the flusher thread of %s: the"
+                 " normal-mode flush bound falls back to the next checkpoint",
+                 pLog->zPath);
+    return 0;
+  }
+  return f;
+}
+
+void flusher_arm(waldio_log *pLog){
+  log_flusher *f = pLog->pFlusher;
+  if( pLog->flushMs<=0 ) return;
+  if( !f && (f = flusher_start(pLog))==0 ) return;
+  if( f->deadlineNs==0 ){
+    f->deadlineNs = now_ns() + (i64)pLog->flushMs * 1000000;
+    pthread_cond_signal(&f->cond);
+  }
+}
+
+void flusher_stop(waldio_log *pLog){
+  log_flusher *f;
+  pthread_mutex_lock(&pLog->mutex);
+  f = pLog->pFlusher;
+  if( f ){
+    f->stop = 1;
+    pthread_cond_signal(&f->cond);
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+  if( !f ) return;
+  pthread_join(f->thread, 0);
+  pthread_cond_destroy(&f->cond);
+  free(f);
+  pLog->pFlusher = 0;
+}

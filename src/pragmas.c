@@ -1,0 +1,167 @@
+/*
+** pragmas.c — waldio's SQL interface, answered through SQLITE_FCNTL_PRAGMA.
+**
+**   PRAGMA waldio;                  status of this database's log (JSON)
+**   PRAGMA waldio_sync;             effective durability: full | normal |
+**                                   off (from PRAGMA synchronous) | persistent
+**   PRAGMA waldio_sync=persistent;  O_DSYNC log writes (FUA where available)
+**   PRAGMA waldio_sync=auto;        follow PRAGMA synchronous again
+**   PRAGMA waldio_stats;            counters of this log in this process (JSON)
+**   PRAGMA waldio_stats=reset;      zero them
+**   PRAGMA waldio_flush_ms[=N];     normal-mode flush bound in milliseconds
+**
+** SQLite shows a handled pragma's answer as one row with one column, so
+** structured answers are JSON objects. Unknown waldio_* names are an error,
+** not silently ignored as SQLite ignores unknown pragmas.
+*/
+#include "vfs_internal.h"
+#include "options.h"
+
+#include <string.h>
+#include <strings.h>
+
+static int answer(char **az, int rc, char *z){
+  az[0] = z;
+  return z ? rc : SQLITE_NOMEM;
+}
+
+/* A JSON string literal for z (quotes included), or NULL on OOM. */
+static char *json_str(const char *z){
+  sqlite3_str *s = sqlite3_str_new(0);
+  sqlite3_str_appendchar(s, 1, '"');
+  for(; *z; z++){
+    unsigned char c = (unsigned char)*z;
+    if( c=='"' || c=='\\' ){
+      sqlite3_str_appendf(s, "\\%c", c);
+    }else if( c<0x20 ){
+      sqlite3_str_appendf(s, "\\u%04x", c);
+    }else{
+      sqlite3_str_appendchar(s, 1, (char)c);
+    }
+  }
+  sqlite3_str_appendchar(s, 1, '"');
+  return sqlite3_str_finish(s);
+}
+
+static const char *effective_sync(const waldio_db_file *p){
+  static const char *az[] = { "off", "normal", "full", "full" };
+  int level;
+  if( p->opts.sync==WALDIO_SYNC_PERSISTENT ) return "persistent";
+  level = waldio_db_sync_level(p);
+  return level>=0 && level<=3 ? az[level] : "unknown";
+}
+
+static char *status_json(waldio_db_file *p){
+  waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
+  char *zVfs = json_str(p->pVfs->zName);
+  char *z = sqlite3_mprintf("{\"version\":\"%s\",\"vfs\":%s,"
+      "\"sync\":\"%s\",\"sync_setting\":\"%s\",\"io_setting\":\"%s\","
+      "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
+      "\"cache_setting\":%lld,\"flush_ms\":%d,\"wal_open\":%s",
+      WALDIO_VERSION, zVfs, effective_sync(p),
+      p->opts.sync==WALDIO_SYNC_PERSISTENT ? "persistent" : "auto",
+      waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
+      p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
+      pLog ? "true" : "false");
+  sqlite3_free(zVfs);
+  if( z && pLog ){
+    const dio_file *f = &pLog->file;
+    wal_geometry g;
+    i64 phys;
+    int hasGen;
+    pthread_mutex_lock(&pLog->mutex);
+    g = pLog->sb.geo;
+    phys = pLog->physSize;
+    hasGen = (pLog->sb.flags & SB_FLAG_HAS_HEADER)!=0;
+    pthread_mutex_unlock(&pLog->mutex);
+    char *zWal = json_str(pLog->zPath), *zSrc = json_str(f->zDioSource);
+    z = sqlite3_mprintf("%z,\"wal\":%s,\"layout\":\"%s\",\"io\":\"%s\","
+        "\"fs\":\"%s\",\"page_size\":%u,\"block_size\":%u,\"header_area\":%u,"
+        "\"frame_bytes\":%u,\"preallocated_bytes\":%lld,"
+        "\"preallocated_frames\":%lld,\"holds_frames\":%s,"
+        "\"dio_offset_align\":%u,\"dio_mem_align\":%u,\"dio_align_source\":%s,"
+        "\"write_zeroes\":\"%s\",\"cache_frames\":%u,\"readonly\":%s", z,
+        zWal, waldio_layout_name((int)g.layout),
+        f->direct ? "direct" : "buffered", f->zFs, g.page, g.block, g.area,
+        g.slot, (long long)phys,
+        (long long)(g.slot ? (phys - g.area) / g.slot : 0),
+        hasGen ? "true" : "false", f->offAlign, f->memAlign, zSrc,
+        f->writeZeroes>0 ? "used" : f->writeZeroes<0 ? "unsupported" : "untried",
+        pLog->cache.nSlot, f->readonly ? "true" : "false");
+    sqlite3_free(zWal);
+    sqlite3_free(zSrc);
+  }
+  return z ? sqlite3_mprintf("%z}", z) : 0;
+}
+
+static char *stats_json(waldio_log *pLog){
+  waldio_stats s;
+  log_get_stats(pLog, &s);
+  return sqlite3_mprintf("{\"frames_written\":%llu,\"page_overwrites\":%llu,"
+      "\"header_rewrites\":%llu,\"other_writes\":%llu,\"block0_writes\":%llu,"
+      "\"log_writes\":%llu,\"dsync_writes\":%llu,\"bytes_written\":%llu,"
+      "\"flushes\":%llu,\"flushes_skipped\":%llu,\"timer_flushes\":%llu,"
+      "\"prealloc_extends\":%llu,\"prealloc_bytes\":%llu,\"cache_hits\":%llu,"
+      "\"cache_misses\":%llu,\"cache_invalidations\":%llu,\"disk_reads\":%llu,"
+      "\"bytes_read\":%llu,\"logical_truncates\":%llu}",
+      s.frames_written, s.page_overwrites, s.header_rewrites, s.other_writes,
+      s.block0_writes, s.log_writes, s.dsync_writes, s.bytes_written,
+      s.flushes, s.flushes_skipped, s.timer_flushes, s.prealloc_extends,
+      s.prealloc_bytes, s.cache_hits, s.cache_misses, s.cache_invalidations,
+      s.disk_reads, s.bytes_read, s.logical_truncates);
+}
+
+static int pragma_sync(waldio_db_file *p, char **az){
+  const char *zArg = az[2];
+  int v;
+  if( zArg ){
+    if( waldio_parse_sync(zArg, &v) ){
+      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_sync=%s: expected"
+          " auto or persistent (full and normal follow PRAGMA synchronous)",
+          zArg));
+    }
+    p->opts.sync = v;
+  }
+  return answer(az, SQLITE_OK, sqlite3_mprintf("%s", effective_sync(p)));
+}
+
+static int pragma_stats(waldio_db_file *p, char **az){
+  waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
+  if( az[2] && strcasecmp(az[2], "reset")!=0 ){
+    return answer(az, SQLITE_ERROR,
+                  sqlite3_mprintf("waldio_stats=%s: only 'reset' is accepted", az[2]));
+  }
+  if( !pLog ) return answer(az, SQLITE_OK, sqlite3_mprintf("{}"));
+  if( az[2] ) log_reset_stats(pLog);
+  return answer(az, SQLITE_OK, stats_json(pLog));
+}
+
+static int pragma_flush_ms(waldio_db_file *p, char **az){
+  int v;
+  if( az[2] ){
+    if( waldio_parse_ms(az[2], &v) ){
+      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_flush_ms=%s:"
+          " expected milliseconds between 1 and 60000", az[2]));
+    }
+    p->opts.flush_ms = v;
+    if( p->pWal ) log_set_flush_ms(p->pWal->pLog, v);
+  }
+  return answer(az, SQLITE_OK, sqlite3_mprintf("%d", p->opts.flush_ms));
+}
+
+int waldio_pragma(waldio_db_file *p, char **az){
+  const char *zName = az[1];
+  if( strncasecmp(zName, "waldio", 6)!=0 ) return SQLITE_NOTFOUND;
+  if( zName[6]==0 ){
+    if( az[2] ){
+      return answer(az, SQLITE_ERROR,
+                    sqlite3_mprintf("PRAGMA waldio takes no value"));
+    }
+    return answer(az, SQLITE_OK, status_json(p));
+  }
+  if( strcasecmp(zName, "waldio_sync")==0 ) return pragma_sync(p, az);
+  if( strcasecmp(zName, "waldio_stats")==0 ) return pragma_stats(p, az);
+  if( strcasecmp(zName, "waldio_flush_ms")==0 ) return pragma_flush_ms(p, az);
+  return answer(az, SQLITE_ERROR, sqlite3_mprintf("unknown pragma %s; waldio's"
+      " pragmas are waldio, waldio_sync, waldio_stats and waldio_flush_ms", zName));
+}

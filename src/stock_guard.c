@@ -1,0 +1,48 @@
+/*
+** stock_guard.c — detect a live SQLite without waldio (see stock_guard.h).
+*/
+#include "stock_guard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#define STOCK_SHM_DMS 128   /* (22 + SQLITE_SHM_NLOCK) * 4 + SQLITE_SHM_NLOCK */
+
+/* One line of /proc/locks, e.g.
+**   "3: POSIX  ADVISORY  READ 4242 fe:00:1573010 128 128"  */
+static int line_locks_dms(const char *zLine, unsigned maj, unsigned min,
+                          unsigned long ino){
+  unsigned lmaj, lmin;
+  unsigned long lino;
+  long long start;
+  char zEnd[32];
+  const char *z = strchr(zLine, ':');
+  if( !z ) return 0;
+  /* Skip "id:", the class (POSIX/FLOCK/OFDLCK), mode, access and pid. A
+  ** blocked waiter's line starts with "-> " and has the same fields. */
+  if( sscanf(z+1, " %*s %*s %*s %*s %x:%x:%lu %lld %31s", &lmaj, &lmin, &lino,
+             &start, zEnd)!=5 ){
+    return 0;
+  }
+  if( lmaj!=maj || lmin!=min || lino!=ino ) return 0;
+  if( start>STOCK_SHM_DMS ) return 0;
+  return strcmp(zEnd, "EOF")==0 || atoll(zEnd)>=STOCK_SHM_DMS;
+}
+
+int stock_sqlite_active(const char *zShmPath){
+  struct stat st;
+  char zLine[256];
+  FILE *f;
+  int found = 0;
+  if( stat(zShmPath, &st) ) return 0;
+  f = fopen("/proc/locks", "r");
+  if( !f ) return 0;
+  while( !found && fgets(zLine, sizeof(zLine), f) ){
+    found = line_locks_dms(zLine, major(st.st_dev), minor(st.st_dev), st.st_ino);
+  }
+  fclose(f);
+  return found;
+}

@@ -1,0 +1,19 @@
+/*
+** stock_guard.h — is SQLite without waldio using this database right now?
+**
+** waldio keeps its wal-index in "<db>-wal-shm" (db_file.c), so a stock
+** SQLite process or connection never shares it: stock SQLite maps
+** "<db>-shm" and holds a read lock on its dead-man-switch byte (offset 128,
+** os_unix.c UNIX_SHM_DMS) for as long as it has the database open. waldio
+** never locks that file. So any lock on that byte, seen in /proc/locks
+** (which needs no file descriptor, and so cannot disturb anyone's POSIX
+** locks), means a live stock SQLite: waldio must not touch the -wal then.
+*/
+#ifndef WALDIO_STOCK_GUARD_H
+#define WALDIO_STOCK_GUARD_H
+
+/* 1 if some process holds a lock on the DMS byte of zShmPath, 0 if not or
+** if the file does not exist. */
+int stock_sqlite_active(const char *zShmPath);
+
+#endif

@@ -1,0 +1,294 @@
+/*
+** vfs.c — registering waldio, routing xOpen, and per-connection setup.
+**
+** waldio stacks on the VFS that is the default when it registers (normally
+** "unix"). xOpen routes by the flags SQLite passes:
+**   SQLITE_OPEN_MAIN_DB  -> waldio_db_file (db_file.c), lower file inside it
+**   SQLITE_OPEN_WAL      -> waldio_wal_file (wal_file.c), our own log I/O
+**   anything else        -> opened by the lower VFS directly on SQLite's
+**                           file object, so journals, temp files and the
+**                           like cost nothing (as in ext/misc/cksumvfs.c)
+** Every other VFS method is forwarded. xSetSystemCall knows the names of
+** waldio's own system calls ("waldio_pwrite", ...; syscalls.h) and passes
+** the rest to the lower VFS.
+**
+** Per connection (an auto-extension run by sqlite3_open): a database that
+** is still empty and will use header embedding gets 24 reserved bytes per
+** page before its first page is written, and the SQL function
+** waldio_last_error() is registered.
+*/
+#include "vfs_internal.h"
+#include "errors.h"
+#include "options.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define RESERVE_FOR_EMBED 24
+
+static waldio_vfs *V(sqlite3_vfs *p){ return (waldio_vfs*)p->pAppData; }
+static sqlite3_vfs *LOWER(sqlite3_vfs *p){ return V(p)->pLower; }
+
+static int vOpen(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *pFile,
+                 int flags, int *pOutFlags){
+  waldio_vfs *v = V(pVfs);
+  if( flags & SQLITE_OPEN_MAIN_DB ){
+    return waldio_db_open(v, zName, (waldio_db_file*)pFile, flags, pOutFlags);
+  }
+  if( flags & SQLITE_OPEN_WAL ){
+    return waldio_wal_open(v, zName, (waldio_wal_file*)pFile, flags, pOutFlags);
+  }
+  return v->pLower->xOpen(v->pLower, zName, pFile, flags, pOutFlags);
+}
+
+static int vDelete(sqlite3_vfs *p, const char *z, int syncDir){
+  return LOWER(p)->xDelete(LOWER(p), z, syncDir);
+}
+static int vAccess(sqlite3_vfs *p, const char *z, int flags, int *pOut){
+  return LOWER(p)->xAccess(LOWER(p), z, flags, pOut);
+}
+static int vFullPathname(sqlite3_vfs *p, const char *z, int n, char *zOut){
+  return LOWER(p)->xFullPathname(LOWER(p), z, n, zOut);
+}
+static void *vDlOpen(sqlite3_vfs *p, const char *z){
+  return LOWER(p)->xDlOpen(LOWER(p), z);
+}
+static void vDlError(sqlite3_vfs *p, int n, char *z){
+  LOWER(p)->xDlError(LOWER(p), n, z);
+}
+static void (*vDlSym(sqlite3_vfs *p, void *h, const char *z))(void){
+  return LOWER(p)->xDlSym(LOWER(p), h, z);
+}
+static void vDlClose(sqlite3_vfs *p, void *h){ LOWER(p)->xDlClose(LOWER(p), h); }
+static int vRandomness(sqlite3_vfs *p, int n, char *z){
+  return LOWER(p)->xRandomness(LOWER(p), n, z);
+}
+static int vSleep(sqlite3_vfs *p, int us){ return LOWER(p)->xSleep(LOWER(p), us); }
+static int vCurrentTime(sqlite3_vfs *p, double *pOut){
+  return LOWER(p)->xCurrentTime(LOWER(p), pOut);
+}
+static int vGetLastError(sqlite3_vfs *p, int n, char *z){
+  return LOWER(p)->xGetLastError ? LOWER(p)->xGetLastError(LOWER(p), n, z) : 0;
+}
+static int vCurrentTimeInt64(sqlite3_vfs *p, sqlite3_int64 *pOut){
+  return LOWER(p)->xCurrentTimeInt64(LOWER(p), pOut);
+}
+
+static int vSetSystemCall(sqlite3_vfs *p, const char *z, sqlite3_syscall_ptr f){
+  sqlite3_vfs *pLower = LOWER(p);
+  int rcLower = SQLITE_NOTFOUND;
+  if( z==0 ){
+    waldio_syscalls_default(&V(p)->sys);
+  }else if( waldio_syscall_set(&V(p)->sys, z, f) ){
+    return SQLITE_OK;
+  }
+  if( pLower->iVersion>=3 && pLower->xSetSystemCall ){
+    rcLower = pLower->xSetSystemCall(pLower, z, f);
+  }
+  return z==0 ? SQLITE_OK : rcLower;
+}
+
+static sqlite3_syscall_ptr vGetSystemCall(sqlite3_vfs *p, const char *z){
+  sqlite3_vfs *pLower = LOWER(p);
+  int found;
+  sqlite3_syscall_ptr f = waldio_syscall_get(&V(p)->sys, z, &found);
+  if( found ) return f;
+  if( pLower->iVersion>=3 && pLower->xGetSystemCall ){
+    return pLower->xGetSystemCall(pLower, z);
+  }
+  return 0;
+}
+
+static const char *vNextSystemCall(sqlite3_vfs *p, const char *z){
+  sqlite3_vfs *pLower = LOWER(p);
+  int found = 0;
+  if( z ) waldio_syscall_get(&V(p)->sys, z, &found);
+  if( !found && pLower->iVersion>=3 && pLower->xNextSystemCall ){
+    const char *zNext = pLower->xNextSystemCall(pLower, z);
+    if( zNext ) return zNext;
+    return waldio_syscall_next(0);
+  }
+  return waldio_syscall_next(z);
+}
+
+static const sqlite3_vfs vfs_template = {
+  3, 0, 0, 0, 0, 0,
+  vOpen, vDelete, vAccess, vFullPathname, vDlOpen, vDlError, vDlSym,
+  vDlClose, vRandomness, vSleep, vCurrentTime, vGetLastError,
+  vCurrentTimeInt64, vSetSystemCall, vGetSystemCall, vNextSystemCall
+};
+
+static int is_waldio_vfs(const sqlite3_vfs *p){
+  return p && p->xOpen==vOpen;
+}
+
+/* -------------------------------------------------- per-connection setup */
+
+static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  char zMsg[1024];
+  (void)argc; (void)argv;
+  waldio_last_error(zMsg, sizeof(zMsg));
+  sqlite3_result_text(ctx, zMsg, -1, SQLITE_TRANSIENT);
+}
+
+/* An empty main database that will embed frame headers gets its reserve
+** now, while the page size is still open (SQLITE_FCNTL_RESERVE_BYTES). */
+static void reserve_for_embedding(sqlite3 *db){
+  sqlite3_file *pTop = 0;
+  waldio_db_file *p;
+  sqlite3_int64 size = -1;
+  int n = RESERVE_FOR_EMBED;
+  if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pTop)
+   || (p = waldio_db_of(pTop))==0
+   || p->opts.layout!=WALDIO_LAYOUT_EMBED ){
+    return;
+  }
+  if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
+    sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+  }
+}
+
+static int connection_setup(sqlite3 *db, char **pzErr, const void *pApi){
+  (void)pzErr; (void)pApi;
+  reserve_for_embedding(db);
+  return sqlite3_create_function(db, "waldio_last_error", 0,
+      SQLITE_UTF8|SQLITE_INNOCUOUS, 0, fn_last_error, 0, 0);
+}
+
+int waldio_connection_setup(sqlite3 *db){ return connection_setup(db, 0, 0); }
+
+/* -------------------------------------------------------- registration */
+
+static int sync_level_default(void){
+  static const char *az[] = { "DEFAULT_WAL_SYNCHRONOUS=0",
+    "DEFAULT_WAL_SYNCHRONOUS=1", "DEFAULT_WAL_SYNCHRONOUS=2",
+    "DEFAULT_WAL_SYNCHRONOUS=3" };
+  int i;
+  for(i=0; i<4; i++){
+    if( sqlite3_compileoption_used(az[i]) ) return i;
+  }
+  return 2;   /* SQLite's own default: FULL */
+}
+
+static int check_options(const waldio_options *o){
+  if( o->layout<WALDIO_LAYOUT_EMBED || o->layout>WALDIO_LAYOUT_PAD8K
+   || (o->sync!=WALDIO_SYNC_AUTO && o->sync!=WALDIO_SYNC_PERSISTENT)
+   || o->io<WALDIO_IO_DIRECT || o->io>WALDIO_IO_BUFFERED
+   || o->prealloc_bytes<WALDIO_MIN_PREALLOC || o->cache_bytes<0
+   || o->flush_ms<1 || o->flush_ms>WALDIO_MAX_FLUSH_MS ){
+    return waldio_error(SQLITE_MISUSE, "waldio_register: an option is out of"
+                        " range (see waldio.h)");
+  }
+  return SQLITE_OK;
+}
+
+int waldio_register(const char *zName, int makeDefault,
+                    const waldio_options *pOpts){
+  sqlite3_vfs *pExisting, *pLower;
+  waldio_vfs *v;
+  waldio_options o;
+  int rc;
+
+  if( sqlite3_libversion_number()<3032000 ){
+    return waldio_error(SQLITE_ERROR, "waldio needs SQLite 3.32.0 or later;"
+                        " this is %s", sqlite3_libversion());
+  }
+  if( !zName ) zName = WALDIO_VFS_NAME;
+  if( strlen(zName)>=sizeof(v->zName) ){
+    return waldio_error(SQLITE_MISUSE, "waldio_register: VFS name too long");
+  }
+  if( pOpts ){ o = *pOpts; }else{ waldio_options_default(&o); }
+  rc = check_options(&o);
+  if( rc ) return rc;
+  pExisting = sqlite3_vfs_find(zName);
+  if( pExisting ){
+    if( !is_waldio_vfs(pExisting) ){
+      return waldio_error(SQLITE_ERROR, "a VFS named \"%s\" exists and is not"
+                          " waldio", zName);
+    }
+    V(pExisting)->opts = o;
+    return makeDefault ? sqlite3_vfs_register(pExisting, 1) : SQLITE_OK;
+  }
+  pLower = sqlite3_vfs_find(0);
+  if( is_waldio_vfs(pLower) ) pLower = V(pLower)->pLower;
+  if( !pLower ) return waldio_error(SQLITE_ERROR, "no default VFS to stack on");
+
+  v = calloc(1, sizeof(*v));
+  if( !v ) return SQLITE_NOMEM;
+  v->base = vfs_template;
+  v->base.iVersion = pLower->iVersion<3 ? pLower->iVersion : 3;
+  v->base.szOsFile = (int)sizeof(waldio_db_file) + pLower->szOsFile;
+  if( v->base.szOsFile<(int)sizeof(waldio_wal_file) ){
+    v->base.szOsFile = (int)sizeof(waldio_wal_file);
+  }
+  v->base.mxPathname = pLower->mxPathname;
+  v->base.zName = v->zName;
+  v->base.pAppData = v;
+  memcpy(v->zName, zName, strlen(zName) + 1);
+  v->pLower = pLower;
+  v->opts = o;
+  v->defaultSyncLevel = sync_level_default();
+  waldio_syscalls_default(&v->sys);
+  log_registry_init(&v->registry);
+  rc = sqlite3_vfs_register(&v->base, makeDefault);
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_auto_extension((void(*)(void))connection_setup);
+  }
+  if( rc ){
+    sqlite3_vfs_unregister(&v->base);
+    free(v);
+    return waldio_error(rc, "cannot register the VFS \"%s\"", zName);
+  }
+  return SQLITE_OK;
+}
+
+int waldio_unregister(const char *zName){
+  sqlite3_vfs *p = sqlite3_vfs_find(zName ? zName : WALDIO_VFS_NAME);
+  waldio_vfs *v;
+  if( !is_waldio_vfs(p) ){
+    return waldio_error(SQLITE_ERROR, "no waldio VFS named \"%s\"",
+                        zName ? zName : WALDIO_VFS_NAME);
+  }
+  v = V(p);
+  pthread_mutex_lock(&v->registry.mutex);
+  if( v->registry.pList ){
+    pthread_mutex_unlock(&v->registry.mutex);
+    return waldio_error(SQLITE_BUSY, "VFS \"%s\" still has open logs", v->zName);
+  }
+  pthread_mutex_unlock(&v->registry.mutex);
+  sqlite3_vfs_unregister(p);
+  free(v);
+  return SQLITE_OK;
+}
+
+/* ---------------------------------------------------------------- detach */
+
+int waldio_detach(const char *zDbPath, const char *zVfs){
+  sqlite3 *db = 0;
+  sqlite3_stmt *pStmt = 0;
+  const char *zVfsName = zVfs ? zVfs : WALDIO_VFS_NAME;
+  int rc;
+
+  if( !is_waldio_vfs(sqlite3_vfs_find(zVfsName)) ){
+    return waldio_error(SQLITE_ERROR, "no waldio VFS named \"%s\"", zVfsName);
+  }
+  rc = sqlite3_open_v2(zDbPath, &db, SQLITE_OPEN_READWRITE, zVfsName);
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_prepare_v2(db, "PRAGMA journal_mode=DELETE", -1, &pStmt, 0);
+  }
+  if( rc==SQLITE_OK ){
+    rc = sqlite3_step(pStmt);
+    if( rc==SQLITE_ROW ){
+      const char *zMode = (const char*)sqlite3_column_text(pStmt, 0);
+      rc = (zMode && strcmp(zMode, "delete")==0) ? SQLITE_OK : SQLITE_BUSY;
+    }
+  }
+  if( rc ){
+    waldio_error(rc, "cannot detach %s: %s", zDbPath,
+                 rc==SQLITE_BUSY ? "other connections have it open"
+                                 : (db ? sqlite3_errmsg(db) : "out of memory"));
+  }
+  sqlite3_finalize(pStmt);
+  sqlite3_close(db);
+  return rc;
+}

@@ -1,0 +1,88 @@
+/*
+** vfs_internal.h — the objects of the waldio VFS shim and how they link.
+**
+**   waldio_vfs       the registered sqlite3_vfs; owns the default options,
+**                    the system-call table and the registry of open logs.
+**   waldio_db_file   wraps each main database file (passes I/O through,
+**                    answers waldio's PRAGMAs, watches the wal-index).
+**   waldio_wal_file  each connection's handle on its WAL: translates
+**                    SQLite's logical WAL reads and writes to the shared
+**                    physical waldio_log.
+**
+** A WAL handle finds its database wrapper at open through
+** sqlite3_database_file_object() (or WALDIO_FCNTL_SELF when another shim is
+** stacked above waldio). SQLite closes the WAL before the database, so the
+** pointers between the two never dangle.
+*/
+#ifndef WALDIO_VFS_INTERNAL_H
+#define WALDIO_VFS_INTERNAL_H
+
+#include "sqlite_api.h"
+#include "syscalls.h"
+#include "wal_log.h"
+#include "waldio.h"
+
+typedef struct waldio_vfs {
+  sqlite3_vfs base;          /* base.pAppData points back here */
+  sqlite3_vfs *pLower;
+  waldio_options opts;
+  waldio_syscalls sys;
+  log_registry registry;
+  int defaultSyncLevel;      /* SQLite's compile-time WAL synchronous */
+  char zName[64];
+} waldio_vfs;
+
+typedef struct waldio_wal_file waldio_wal_file;
+
+typedef struct waldio_db_file {
+  sqlite3_file base;
+  waldio_vfs *pVfs;
+  waldio_options opts;       /* VFS defaults + URI parameters + PRAGMAs */
+  waldio_wal_file *pWal;     /* this connection's open WAL, or NULL */
+  const char *zName;
+  int lockLevel;             /* SQLITE_LOCK_* held on the database file */
+  int syncLevel;             /* PRAGMA synchronous as set, -1 = default */
+  int leavingWal;            /* journal_mode set to a rollback mode */
+  int persistWal;            /* application's SQLITE_FCNTL_PERSIST_WAL, -1 */
+  int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
+  volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
+  sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
+                             ** waldio's wal-index, "<db>-wal-shm" */
+  const char *zShmHostName;
+  /* The lower VFS's file object follows in memory. */
+} waldio_db_file;
+
+struct waldio_wal_file {
+  sqlite3_file base;
+  waldio_db_file *pDb;
+  waldio_log *pLog;
+  u8 *aSlot;                 /* block-aligned scratch, one slot */
+  u32 nSlot;                 /* its size */
+  u32 pendingFrame;          /* a frame header awaiting its page, or 0 */
+  u8 aPending[WAL_FRAME_HDR_BYTES];
+  u32 lastReadFrame;         /* frame read whole by the previous call, or 0 */
+  int wroteSinceBarrier;     /* frames written since the last publication */
+  int closeClean;            /* fully checkpointed at close: mark empty */
+};
+
+#define ORIGFILE(p) ((sqlite3_file*)(((waldio_db_file*)(p))+1))
+
+/* db_file.c */
+extern const sqlite3_io_methods waldio_db_io_methods;
+int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
+                   int flags, int *pOutFlags);
+waldio_db_file *waldio_db_of(sqlite3_file *pTop);
+int waldio_db_sync_level(const waldio_db_file *p);
+
+/* wal_file.c */
+int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
+                    int flags, int *pOutFlags);
+int waldio_wal_flush_pending(waldio_wal_file *p);
+
+/* vfs.c: per-connection setup (reserve bytes, SQL functions). */
+int waldio_connection_setup(sqlite3 *db);
+
+/* pragmas.c: returns SQLITE_NOTFOUND for pragmas that are not waldio's. */
+int waldio_pragma(waldio_db_file *p, char **az);
+
+#endif

@@ -1,0 +1,420 @@
+/*
+** wal_file.c — a connection's WAL handle: SQLite's logical WAL file mapped
+** onto the physical waldio log.
+**
+** SQLite believes it is reading and writing a standard WAL (32-byte header,
+** then frames of a 24-byte header and a page). Every call is translated:
+**
+**   write 32 @ 0                 new generation: block 0 (wal_log.c)
+**   write 24 @ frame             frame header: held until its page arrives
+**   write P  @ frame+24          page: joined with the held header into one
+**                                slot image and written as ONE aligned
+**                                direct write -- the common case
+**   write P  @ frame+24 (alone)  in-place overwrite of an uncommitted frame
+**                                (cache spill): keep the stored header
+**   write 24 @ frame after a     walRewriteChecksums: header-only rewrite,
+**     whole-frame read of it     keep the stored page
+**   anything else                read-modify-write of the slots it covers
+**   read                         rebuilt from slots (cache or disk): the
+**                                header from where the layout stores it, the
+**                                page with its embedding tail zeroed, exactly
+**                                as SQLite wrote it, so its checksums verify
+**
+** Invariants:
+**   W1  A held header never outlives the call that follows it: every method,
+**       and the database's xShmBarrier, writes it out first. So nothing a
+**       commit wrote is ever only in memory when SQLite publishes it.
+**   W2  A page whose last 24 bytes are not zero is refused (embed layout):
+**       storing the frame header there would change what SQLite checksummed.
+**   W3  Writes are whole blocks at block-aligned offsets (dio_file.h D1).
+*/
+#include "vfs_internal.h"
+#include "dio_file.h"
+#include "errors.h"
+#include "options.h"
+
+#include <string.h>
+#include <sys/stat.h>
+
+static const sqlite3_io_methods wal_io_methods;
+
+static const volatile void *shm_of(waldio_wal_file *p){
+  return p->pDb ? p->pDb->shm0 : 0;
+}
+
+static int ensure_scratch(waldio_wal_file *p, const wal_geometry *g){
+  if( g->slot<=p->nSlot ) return SQLITE_OK;
+  dio_free(p->aSlot);
+  p->aSlot = dio_alloc(&p->pLog->file, g->slot);
+  p->nSlot = p->aSlot ? g->slot : 0;
+  return p->aSlot ? SQLITE_OK : SQLITE_NOMEM;
+}
+
+/* persistent => O_DSYNC writes; synchronous=NORMAL => arm the flush timer. */
+static void write_policy(waldio_wal_file *p, int *pDsync, int *pArm){
+  *pDsync = p->pDb->opts.sync==WALDIO_SYNC_PERSISTENT;
+  *pArm = !*pDsync && waldio_db_sync_level(p->pDb)==1;
+}
+
+static int tail_error(waldio_wal_file *p, u32 pgno){
+  return waldio_error(SQLITE_IOERR_WRITE, "%s: page %u has non-zero bytes in"
+      " its last 24 reserved bytes. Another extension (checksums, encryption)"
+      " is using the reserved space that waldio's header embedding needs;"
+      " open this database with waldio_layout=pad4k", p->pLog->zPath, pgno);
+}
+
+/* The block-aligned physical range covering logical frame bytes [lo,hi). */
+static void physical_range(const wal_geometry *g, u32 lo, u32 hi,
+                           u32 *pLo, u32 *pHi){
+  u32 a = g->slot, b = 0;
+  if( lo<WAL_FRAME_HDR_BYTES ){
+    u32 e = hi<WAL_FRAME_HDR_BYTES ? hi : WAL_FRAME_HDR_BYTES;
+    if( g->hdr_in_slot + lo<a ) a = g->hdr_in_slot + lo;
+    if( g->hdr_in_slot + e>b ) b = g->hdr_in_slot + e;
+  }
+  if( hi>WAL_FRAME_HDR_BYTES ){
+    u32 s = (lo>WAL_FRAME_HDR_BYTES ? lo : WAL_FRAME_HDR_BYTES) - WAL_FRAME_HDR_BYTES;
+    u32 e = hi - WAL_FRAME_HDR_BYTES;
+    if( g->page_in_slot + s<a ) a = g->page_in_slot + s;
+    if( g->page_in_slot + e>b ) b = g->page_in_slot + e;
+  }
+  *pLo = a / g->block * g->block;
+  *pHi = (b + g->block - 1) / g->block * g->block;
+  if( *pHi>g->slot ) *pHi = g->slot;
+}
+
+/* Apply logical bytes [lo,hi) of frame to its slot and write what changed. */
+static int rmw_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
+                     const u8 *data, int kind){
+  wal_geometry g = log_geometry(p->pLog);
+  size_t got = 0;
+  u32 wlo, whi;
+  int dsync, arm, rc;
+  rc = ensure_scratch(p, &g);
+  if( rc==SQLITE_OK ) rc = log_read_slot(p->pLog, frame, shm_of(p), p->aSlot, &got);
+  if( rc ) return rc;
+  if( got<g.slot ) memset(p->aSlot + got, 0, g.slot - got);
+  if( wf_logical_to_slot(&g, p->aSlot, lo, hi, data) ){
+    return tail_error(p, wf_get32(p->aSlot + g.hdr_in_slot));
+  }
+  physical_range(&g, lo, hi, &wlo, &whi);
+  write_policy(p, &dsync, &arm);
+  rc = log_write_slot(p->pLog, frame, p->aSlot, wlo, whi, kind, dsync, arm);
+  if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
+  return rc;
+}
+
+int waldio_wal_flush_pending(waldio_wal_file *p){
+  u32 frame = p->pendingFrame;
+  if( frame==0 ) return SQLITE_OK;
+  p->pendingFrame = 0;
+  return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, p->aPending, LOG_WRITE_OTHER);
+}
+
+/* The common case: the held header and its page become one slot write. */
+static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
+                           u32 frame, const u8 *page){
+  u32 pgno = wf_get32(p->aPending);
+  int dsync, arm, rc;
+  p->pendingFrame = 0;
+  if( g->layout==WALDIO_LAYOUT_EMBED ){
+    if( !wf_tail_is_zero(page, g->page) ) return tail_error(p, pgno);
+    if( pgno==1 && page[20]<WAL_FRAME_HDR_BYTES ){
+      return waldio_error(SQLITE_IOERR_WRITE, "%s: the database has %u reserved"
+          " bytes per page; header embedding needs at least 24. Convert it with"
+          " `waldio convert` or use waldio_layout=pad4k", p->pLog->zPath,
+          (unsigned)page[20]);
+    }
+  }else{
+    memset(p->aSlot, 0, g->slot);
+  }
+  wf_logical_to_slot(g, p->aSlot, 0, WAL_FRAME_HDR_BYTES, p->aPending);
+  wf_logical_to_slot(g, p->aSlot, WAL_FRAME_HDR_BYTES,
+                     WAL_FRAME_HDR_BYTES + g->page, page);
+  write_policy(p, &dsync, &arm);
+  rc = log_write_slot(p->pLog, frame, p->aSlot, 0, g->slot, LOG_WRITE_FRAME,
+                      dsync, arm);
+  if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
+  return rc;
+}
+
+/* Any write shape: split by frame, read-modify-write each piece. */
+static int write_general(waldio_wal_file *p, const wal_geometry *g,
+                         const u8 *z, int iAmt, i64 iOfst){
+  i64 frameBytes = (i64)g->page + WAL_FRAME_HDR_BYTES;
+  i64 pos = iOfst, end = iOfst + iAmt;
+  while( pos<end ){
+    u32 frame = (u32)((pos - WAL_HDR_BYTES) / frameBytes) + 1;
+    i64 start = wf_logical_frame_offset(g->page, frame);
+    u32 lo = (u32)(pos - start);
+    u32 hi = (u32)((end - start) < frameBytes ? end - start : frameBytes);
+    int rc = rmw_frame(p, frame, lo, hi, z + (pos - iOfst), LOG_WRITE_OTHER);
+    if( rc ) return rc;
+    pos = start + hi;
+  }
+  return SQLITE_OK;
+}
+
+static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
+                    sqlite3_int64 iOfst){
+  waldio_wal_file *p = (waldio_wal_file*)pFile;
+  const u8 *z = zBuf;
+  u32 prevRead = p->lastReadFrame;
+  wal_geometry g;
+  u32 frame, within;
+  int rc, dsync, arm;
+
+  p->lastReadFrame = 0;
+  if( log_is_readonly(p->pLog) ){
+    return waldio_error(SQLITE_READONLY, "%s: the log is read-only", p->pLog->zPath);
+  }
+  rc = log_begin_write(p->pLog, shm_of(p));
+  if( rc ) return rc;
+  if( iOfst==0 && iAmt==WAL_HDR_BYTES ){
+    rc = waldio_wal_flush_pending(p);
+    write_policy(p, &dsync, &arm);
+    if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, dsync, arm);
+    return rc;
+  }
+  g = log_geometry(p->pLog);
+  if( iOfst<WAL_HDR_BYTES || g.page==0 ){
+    return waldio_error(SQLITE_IOERR_WRITE, "%s: unsupported WAL write of %d"
+        " bytes at offset %lld (no WAL header yet, or a partial header)",
+        p->pLog->zPath, iAmt, (long long)iOfst);
+  }
+  rc = ensure_scratch(p, &g);
+  if( rc ) return rc;
+  frame = (u32)((iOfst - WAL_HDR_BYTES) / (g.page + WAL_FRAME_HDR_BYTES)) + 1;
+  within = (u32)((iOfst - WAL_HDR_BYTES) % (g.page + WAL_FRAME_HDR_BYTES));
+  if( iAmt==WAL_FRAME_HDR_BYTES && within==0 ){
+    rc = waldio_wal_flush_pending(p);
+    if( rc ) return rc;
+    if( prevRead==frame ){
+      return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, z, LOG_WRITE_HEADER);
+    }
+    memcpy(p->aPending, z, WAL_FRAME_HDR_BYTES);
+    p->pendingFrame = frame;
+    return SQLITE_OK;
+  }
+  if( (u32)iAmt==g.page && within==WAL_FRAME_HDR_BYTES ){
+    if( p->pendingFrame==frame ) return write_new_frame(p, &g, frame, z);
+    rc = waldio_wal_flush_pending(p);
+    if( rc ) return rc;
+    return rmw_frame(p, frame, WAL_FRAME_HDR_BYTES,
+                     WAL_FRAME_HDR_BYTES + g.page, z, LOG_WRITE_PAGE);
+  }
+  rc = waldio_wal_flush_pending(p);
+  if( rc==SQLITE_OK ) rc = write_general(p, &g, z, iAmt, iOfst);
+  return rc;
+}
+
+/* Copy the logical bytes [pos,end) of frames into out. */
+static int read_frames(waldio_wal_file *p, const wal_geometry *g, u8 *out,
+                       i64 pos, i64 end){
+  i64 frameBytes = (i64)g->page + WAL_FRAME_HDR_BYTES;
+  i64 base = pos;
+  while( pos<end ){
+    u32 frame = (u32)((pos - WAL_HDR_BYTES) / frameBytes) + 1;
+    i64 start = wf_logical_frame_offset(g->page, frame);
+    u32 lo = (u32)(pos - start);
+    u32 hi = (u32)((end - start) < frameBytes ? end - start : frameBytes);
+    size_t got = 0;
+    int rc = log_read_slot(p->pLog, frame, shm_of(p), p->aSlot, &got);
+    if( rc ) return rc;
+    if( got<g->slot ){
+      memset(out + (pos - base), 0, (size_t)(end - pos));
+      return SQLITE_IOERR_SHORT_READ;
+    }
+    wf_slot_to_logical(g, p->aSlot, lo, hi, out + (pos - base));
+    pos = start + hi;
+  }
+  return SQLITE_OK;
+}
+
+static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
+                   sqlite3_int64 iOfst){
+  waldio_wal_file *p = (waldio_wal_file*)pFile;
+  u8 *out = zBuf;
+  i64 pos = iOfst, end = iOfst + iAmt;
+  wal_geometry g;
+  int rc;
+
+  p->lastReadFrame = 0;
+  rc = waldio_wal_flush_pending(p);
+  if( rc ) return rc;
+  if( pos<WAL_HDR_BYTES ){
+    u8 aHdr[WAL_HDR_BYTES];
+    int has = 0;
+    i64 n = (end<WAL_HDR_BYTES ? end : WAL_HDR_BYTES) - pos;
+    rc = log_read_sqlite_header(p->pLog, aHdr, &has);
+    if( rc ) return rc;
+    if( !has ){
+      memset(out, 0, (size_t)iAmt);
+      return SQLITE_IOERR_SHORT_READ;
+    }
+    memcpy(out, aHdr + pos, (size_t)n);
+    out += n;
+    pos += n;
+  }
+  if( pos>=end ) return SQLITE_OK;
+  g = log_geometry(p->pLog);
+  if( g.page==0 ){
+    memset(out, 0, (size_t)(end - pos));
+    return SQLITE_IOERR_SHORT_READ;
+  }
+  rc = ensure_scratch(p, &g);
+  if( rc==SQLITE_OK ) rc = read_frames(p, &g, out, pos, end);
+  if( rc==SQLITE_OK && iOfst>=WAL_HDR_BYTES
+   && iAmt==(int)(g.page + WAL_FRAME_HDR_BYTES)
+   && (iOfst - WAL_HDR_BYTES) % iAmt==0 ){
+    p->lastReadFrame = (u32)((iOfst - WAL_HDR_BYTES) / iAmt) + 1;
+  }
+  return rc;
+}
+
+static int walSync(sqlite3_file *pFile, int flags){
+  waldio_wal_file *p = (waldio_wal_file*)pFile;
+  int rc;
+  (void)flags;
+  p->lastReadFrame = 0;
+  rc = waldio_wal_flush_pending(p);
+  return rc ? rc : log_sync(p->pLog);
+}
+
+static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
+  waldio_wal_file *p = (waldio_wal_file*)pFile;
+  int rc, dsync, arm;
+  p->lastReadFrame = 0;
+  rc = waldio_wal_flush_pending(p);
+  if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
+  write_policy(p, &dsync, &arm);
+  return rc ? rc : log_truncate(p->pLog, size, dsync);
+}
+
+static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
+  waldio_wal_file *p = (waldio_wal_file*)pFile;
+  i64 size = 0;
+  int rc;
+  p->lastReadFrame = 0;
+  rc = waldio_wal_flush_pending(p);
+  if( rc==SQLITE_OK ) rc = log_logical_size(p->pLog, &size);
+  *pSize = size;
+  return rc;
+}
+
+static int walClose(sqlite3_file *pFile){
+  waldio_wal_file *p = (waldio_wal_file*)pFile;
+  waldio_vfs *v = p->pDb->pVfs;
+  int rc = waldio_wal_flush_pending(p);
+  if( rc==SQLITE_OK && p->closeClean ){
+    /* Fully checkpointed by the last connection anywhere: drop the
+    ** generation and the guard, so the next open recovers nothing and stock
+    ** SQLite may open the database (wal_format.c F4). */
+    rc = log_set_empty(p->pLog, 0, 0);
+  }
+  if( p->pDb->pWal==p ) p->pDb->pWal = 0;
+  log_release(&v->registry, p->pLog);
+  dio_free(p->aSlot);
+  p->aSlot = 0;
+  return rc;
+}
+
+static int walLock(sqlite3_file *f, int l){ (void)f; (void)l; return SQLITE_OK; }
+static int walCheckReserved(sqlite3_file *f, int *pOut){
+  (void)f; *pOut = 0; return SQLITE_OK;
+}
+static int walFileControl(sqlite3_file *f, int op, void *pArg){
+  (void)f; (void)op; (void)pArg; return SQLITE_NOTFOUND;
+}
+static int walSectorSize(sqlite3_file *pFile){
+  return (int)log_geometry(((waldio_wal_file*)pFile)->pLog).block;
+}
+static int walDeviceCharacteristics(sqlite3_file *f){
+  (void)f; return SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+}
+
+static const sqlite3_io_methods wal_io_methods = {
+  1, walClose, walRead, walWrite, walTruncate, walSync, walFileSize,
+  walLock, walLock, walCheckReserved, walFileControl, walSectorSize,
+  walDeviceCharacteristics, 0, 0, 0, 0, 0, 0
+};
+
+/* Refuse, before any frame is written, a database the layout cannot hold. */
+static int check_database(waldio_db_file *db, waldio_log *pLog){
+  sqlite3_file *f = ORIGFILE(db);
+  wal_geometry g = log_geometry(pLog), probe;
+  const char *zWhy;
+  u8 h[100];
+  u32 page;
+  int rc = f->pMethods->xRead(f, h, sizeof(h), 0);
+  if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;       /* new database */
+  if( rc ) return rc;
+  if( memcmp(h, "SQLite format 3", 16)!=0 ) return SQLITE_OK; /* SQLite decides */
+  page = ((u32)h[16]<<8) | ((u32)h[17]<<16);
+  if( g.layout!=WALDIO_LAYOUT_EMBED ) return SQLITE_OK;
+  if( h[20]<WAL_FRAME_HDR_BYTES ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: the database has %u reserved"
+        " bytes per page; waldio's header embedding stores each frame header"
+        " in the last 24. Convert it once with `waldio convert %s` (sets 24"
+        " reserved bytes and runs VACUUM) or open it with"
+        " waldio_layout=pad4k", db->zName, (unsigned)h[20], db->zName);
+  }
+  zWhy = wf_geometry(&probe, g.layout, g.block, page);
+  if( zWhy ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: page size %u does not fit the"
+        " embed layout on %u-byte blocks (%s); use a page size of at least %u"
+        " or waldio_layout=pad4k", db->zName, page, g.block, zWhy, g.block);
+  }
+  return SQLITE_OK;
+}
+
+/* The database file's mode and owner, which a new log inherits. */
+static void db_owner(const char *zWalName, mode_t *pMode, uid_t *pUid,
+                     gid_t *pGid){
+  struct stat st;
+  const char *zDb = sqlite3_filename_database(zWalName);
+  *pMode = 0644; *pUid = 0; *pGid = 0;
+  if( zDb && stat(zDb, &st)==0 ){
+    *pMode = st.st_mode & 0777;
+    *pUid = st.st_uid;
+    *pGid = st.st_gid;
+  }
+}
+
+int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
+                    int flags, int *pOutFlags){
+  waldio_db_file *db = waldio_db_of(sqlite3_database_file_object(zName));
+  char *zStockShm;
+  mode_t mode;
+  uid_t uid;
+  gid_t gid;
+  int rc;
+
+  memset(p, 0, sizeof(*p));
+  if( !db ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: cannot find the database this"
+                        " WAL belongs to among waldio's open files", zName);
+  }
+  db_owner(zName, &mode, &uid, &gid);
+  zStockShm = sqlite3_mprintf("%s-shm", sqlite3_filename_database(zName));
+  if( !zStockShm ) return SQLITE_NOMEM;
+  rc = log_acquire(&v->registry, &v->sys, zName, zStockShm, &db->opts, mode,
+                   uid, gid, &p->pLog);
+  sqlite3_free(zStockShm);
+  if( rc ) return rc;
+  rc = check_database(db, p->pLog);
+  if( rc ){
+    log_release(&v->registry, p->pLog);
+    return rc;
+  }
+  p->pDb = db;
+  db->pWal = p;
+  p->base.pMethods = &wal_io_methods;
+  if( pOutFlags ){
+    *pOutFlags = flags;
+    if( log_is_readonly(p->pLog) ){
+      *pOutFlags = (flags & ~SQLITE_OPEN_READWRITE) | SQLITE_OPEN_READONLY;
+    }
+  }
+  return SQLITE_OK;
+}

@@ -1,0 +1,162 @@
+/*
+** wal_log.h — one physical waldio log, shared by every connection of this
+** process that opens it (one object per inode, like os_unix.c's
+** unixInodeInfo).
+**
+** A log owns: the file descriptor (dio_file), the decoded block-0 metadata
+** and geometry, the preallocated size, the recent-frame cache and the rule
+** that decides when the cache can be trusted, the write/flush sequence
+** numbers that let an xSync skip a flush nobody needs, the background
+** flusher, and the statistics behind PRAGMA waldio_stats.
+**
+** Invariants:
+**   L1  Every slot a frame is written to lies below physSize, and bytes
+**       below physSize are allocated, written (zero-filled) and made durable
+**       before any frame uses them ("preallocation with explicit journaling").
+**   L2  flushedSeq <= writeSeq; every non-O_DSYNC write completed before a
+**       flush started is durable once flushedSeq reaches its sequence.
+**   L3  A cached slot is served only while the wal-index header equals the
+**       epoch recorded when this process last wrote or published: any
+**       other writer changes that header (see wal_log.c).
+**   L4  After a failed flush the log is poisoned: no further writes or
+**       flushes succeed until every connection closes it (no "fsyncgate").
+*/
+#ifndef WALDIO_WAL_LOG_H
+#define WALDIO_WAL_LOG_H
+
+#include "dio_file.h"
+#include "frame_cache.h"
+#include "syscalls.h"
+#include "wal_format.h"
+#include "waldio.h"
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#define WALINDEX_HDR_BYTES 48   /* one copy of SQLite's WalIndexHdr */
+
+typedef struct waldio_stats {
+  u64 frames_written;      /* new frames (header + page assembled) */
+  u64 page_overwrites;     /* page-only rewrites of an uncommitted frame */
+  u64 header_rewrites;     /* header-only rewrites (walRewriteChecksums) */
+  u64 other_writes;        /* any other write shape (read-modify-write) */
+  u64 block0_writes;       /* WAL header / superblock writes */
+  u64 log_writes;          /* write system calls on the log */
+  u64 dsync_writes;        /* of which O_DSYNC (persistent mode) */
+  u64 bytes_written;
+  u64 flushes;             /* fdatasync calls issued */
+  u64 flushes_skipped;     /* xSync calls with nothing left to flush */
+  u64 timer_flushes;       /* of the flushes, those made by the flusher */
+  u64 prealloc_extends;
+  u64 prealloc_bytes;
+  u64 cache_hits;
+  u64 cache_misses;
+  u64 cache_invalidations;
+  u64 disk_reads;
+  u64 bytes_read;
+  u64 logical_truncates;
+} waldio_stats;
+
+typedef struct waldio_log waldio_log;
+typedef struct log_flusher log_flusher;
+
+typedef struct log_registry {
+  pthread_mutex_t mutex;
+  waldio_log *pList;
+} log_registry;
+
+struct waldio_log {
+  /* Registry membership, guarded by log_registry.mutex. */
+  waldio_log *pNext;
+  int nRef;
+  dev_t dev;
+  ino_t ino;
+
+  const waldio_syscalls *sys;
+  char *zPath;
+  dio_file file;
+  pthread_mutex_t mutex;   /* guards every field below */
+
+  wal_superblock sb;       /* block-0 metadata as last read or written */
+  i64 physSize;            /* L1 */
+  i64 preallocInitial;
+  long long cacheBudget;
+  int flushMs;
+  frame_cache cache;
+  u8 aEpoch[WALINDEX_HDR_BYTES];
+  int epochValid;
+  u64 writeSeq;            /* L2 */
+  u64 flushedSeq;
+  int poisoned;            /* L4 */
+  waldio_stats stats;
+  log_flusher *pFlusher;
+};
+
+void log_registry_init(log_registry *r);
+
+/* Open the log at zPath (creating and preallocating it, or converting a
+** standard-format WAL) or share the one this process already has open.
+** zStockShm: stock SQLite's wal-index of this database ("<db>-shm"); the
+** first open refuses while stock SQLite has it (stock_guard.h).
+** mode/uid/gid: the database file's, applied to a newly created log. */
+int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
+                const char *zStockShm, const waldio_options *o, mode_t mode,
+                uid_t uid, gid_t gid, waldio_log **ppLog);
+/* Drop one reference; the last one flushes what is unflushed and closes. */
+void log_release(log_registry *r, waldio_log *pLog);
+
+/* A copy of the current geometry (page 0 while unknown). */
+wal_geometry log_geometry(waldio_log *pLog);
+int log_is_readonly(waldio_log *pLog);
+
+/* Called before every write with the caller's wal-index region 0 (NULL in
+** heap-memory mode): adopts the current epoch, dropping the cache if another
+** writer changed the log. Also fails if the log is poisoned. */
+int log_begin_write(waldio_log *pLog, const volatile void *shm0);
+
+/* The wal-index header just published by this process's own commit. */
+void log_publish(waldio_log *pLog, const volatile void *aHdr);
+
+/* Read slot `frame` into out (slot bytes, aligned): cache first (L3), else
+** disk. *pGot < slot bytes means the file ended. */
+int log_read_slot(waldio_log *pLog, u32 frame, const volatile void *shm0,
+                  u8 *out, size_t *pGot);
+
+/* What a slot write was, for the statistics. */
+enum { LOG_WRITE_FRAME, LOG_WRITE_PAGE, LOG_WRITE_HEADER, LOG_WRITE_OTHER };
+
+/* Write bytes [lo,hi) (block-aligned) of the slot image img for frame.
+** dsync: O_DSYNC write. armFlush: start the normal-mode flush timer. */
+int log_write_slot(waldio_log *pLog, u32 frame, const u8 *img, u32 lo, u32 hi,
+                   int kind, int dsync, int armFlush);
+
+/* Non-zero while the log holds a generation (SQLite's header is stored). */
+int log_holds_generation(waldio_log *pLog);
+
+/* SQLite wrote its 32-byte WAL header: a new generation begins. */
+int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int dsync,
+                     int armFlush);
+
+/* SQLite's WAL header as stored on disk; *pHas = 0 if the log is empty. */
+int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas);
+
+/* Logical file size SQLite should see (re-reads block 0: another process
+** may have started or truncated a generation). */
+int log_logical_size(waldio_log *pLog, i64 *pSize);
+
+/* SQLite truncated the logical file to `size` bytes. */
+int log_truncate(waldio_log *pLog, i64 size, int dsync);
+
+/* Mark the log empty (no generation). keepGuard = 0 only for the clean
+** close of the last connection (wal_format.c F4). */
+int log_set_empty(waldio_log *pLog, int dsync, int keepGuard);
+
+/* Make every completed write durable (skipped if nothing is unflushed). */
+int log_sync(waldio_log *pLog);
+int log_sync_from_flusher(waldio_log *pLog);
+
+void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
+void log_reset_stats(waldio_log *pLog);
+void log_set_flush_ms(waldio_log *pLog, int ms);
+
+#endif
