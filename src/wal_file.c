@@ -116,10 +116,14 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
                            u32 frame, const u8 *page){
   u32 pgno = wf_get32(p->aPending);
   int dsync, arm, rc;
-  p->pendingFrame = 0;
   if( g->layout==WALDIO_LAYOUT_EMBED ){
-    if( !wf_tail_is_zero(page, g->page) ) return tail_error(p, pgno);
-    if( pgno==1 && page[20]<WAL_FRAME_HDR_BYTES ){
+    if( !wf_tail_is_zero(page, g->page)
+     || (pgno==1 && page[20]<WAL_FRAME_HDR_BYTES) ){
+      /* Refuse the page, but keep the header write SQLite was told
+      ** succeeded: every successful xWrite is in the file. */
+      rc = waldio_wal_flush_pending(p);
+      if( rc ) return rc;
+      if( pgno!=1 || page[20]>=WAL_FRAME_HDR_BYTES ) return tail_error(p, pgno);
       return waldio_error(SQLITE_IOERR_WRITE, "%s: the database has %u reserved"
           " bytes per page; header embedding needs at least 24. Convert it with"
           " `waldio convert` or use waldio_layout=pad4k", p->pLog->zPath,
@@ -128,6 +132,7 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   }else{
     memset(p->aSlot, 0, g->slot);
   }
+  p->pendingFrame = 0;
   wf_logical_to_slot(g, p->aSlot, 0, WAL_FRAME_HDR_BYTES, p->aPending);
   wf_logical_to_slot(g, p->aSlot, WAL_FRAME_HDR_BYTES,
                      WAL_FRAME_HDR_BYTES + g->page, page);
