@@ -33,6 +33,7 @@
 #include "errors.h"
 #include "options.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -288,12 +289,11 @@ static int walSync(sqlite3_file *pFile, int flags){
 
 static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
-  int rc, dsync, arm;
+  int rc;
   p->lastReadFrame = 0;
   rc = waldio_wal_flush_pending(p);
   if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
-  write_policy(p, &dsync, &arm);
-  return rc ? rc : log_truncate(p->pLog, size, dsync);
+  return rc ? rc : log_truncate(p->pLog, size);
 }
 
 static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
@@ -315,7 +315,7 @@ static int walClose(sqlite3_file *pFile){
     /* Fully checkpointed by the last connection anywhere: drop the
     ** generation and the guard, so the next open recovers nothing and stock
     ** SQLite may open the database (wal_format.c F4). */
-    rc = log_set_empty(p->pLog, 0, 0);
+    rc = log_set_empty(p->pLog, 0);
   }
   if( p->pDb->pWal==p ) p->pDb->pWal = 0;
   log_release(&v->registry, p->pLog);
@@ -344,31 +344,60 @@ static const sqlite3_io_methods wal_io_methods = {
   walDeviceCharacteristics, 0, 0, 0, 0, 0, 0
 };
 
-/* Refuse, before any frame is written, a database the layout cannot hold. */
-static int check_database(waldio_db_file *db, waldio_log *pLog){
+/* The database header's page size and reserved bytes; 0 if it is empty. */
+static int read_db_header(waldio_db_file *db, u32 *pPage, u32 *pReserve){
   sqlite3_file *f = ORIGFILE(db);
+  u8 h[100];
+  int rc = f->pMethods->xRead(f, h, sizeof(h), 0);
+  *pPage = *pReserve = 0;
+  if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;           /* new database */
+  if( rc ) return rc;
+  if( memcmp(h, "SQLite format 3", 16)!=0 ) return SQLITE_OK;  /* SQLite decides */
+  *pPage = ((u32)h[16]<<8) | ((u32)h[17]<<16);
+  *pReserve = h[20];
+  return SQLITE_OK;
+}
+
+/* The layout of an existing waldio log at zPath, or 0. */
+static u32 existing_layout(const char *zPath){
+  u8 meta[WALDIO_META_BYTES];
+  wal_superblock sb;
+  FILE *f = fopen(zPath, "rb");
+  size_t n = f ? fread(meta, 1, sizeof(meta), f) : 0;
+  if( f ) fclose(f);
+  return n==sizeof(meta) && wf_decode_block0(meta, &sb)==1 ? sb.geo.layout : 0;
+}
+
+/* Before touching the log: a database without room for embedded headers is
+** refused with the fix, unless its existing log uses a padding layout. */
+static int check_reserve(waldio_db_file *db, const char *zWal){
+  u32 page, reserve, layout;
+  int rc = read_db_header(db, &page, &reserve);
+  if( rc || page==0 || reserve>=WAL_FRAME_HDR_BYTES ) return rc;
+  layout = existing_layout(zWal);
+  if( layout ? layout!=WALDIO_LAYOUT_EMBED : db->opts.layout!=WALDIO_LAYOUT_EMBED ){
+    return SQLITE_OK;
+  }
+  return waldio_error(SQLITE_CANTOPEN, "%s: the database has %u reserved"
+      " bytes per page; waldio's header embedding stores each frame header"
+      " in the last 24. Convert it once with `waldio convert %s` (sets 24"
+      " reserved bytes and runs VACUUM) or open it with waldio_layout=pad4k",
+      db->zName, reserve, db->zName);
+}
+
+/* After opening the log: its geometry must hold the database's pages. */
+static int check_page_size(waldio_db_file *db, waldio_log *pLog){
   wal_geometry g = log_geometry(pLog), probe;
   const char *zWhy;
-  u8 h[100];
-  u32 page;
-  int rc = f->pMethods->xRead(f, h, sizeof(h), 0);
-  if( rc==SQLITE_IOERR_SHORT_READ ) return SQLITE_OK;       /* new database */
-  if( rc ) return rc;
-  if( memcmp(h, "SQLite format 3", 16)!=0 ) return SQLITE_OK; /* SQLite decides */
-  page = ((u32)h[16]<<8) | ((u32)h[17]<<16);
-  if( g.layout!=WALDIO_LAYOUT_EMBED ) return SQLITE_OK;
-  if( h[20]<WAL_FRAME_HDR_BYTES ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: the database has %u reserved"
-        " bytes per page; waldio's header embedding stores each frame header"
-        " in the last 24. Convert it once with `waldio convert %s` (sets 24"
-        " reserved bytes and runs VACUUM) or open it with"
-        " waldio_layout=pad4k", db->zName, (unsigned)h[20], db->zName);
-  }
+  u32 page, reserve;
+  int rc = read_db_header(db, &page, &reserve);
+  if( rc || page==0 ) return rc;
   zWhy = wf_geometry(&probe, g.layout, g.block, page);
   if( zWhy ){
     return waldio_error(SQLITE_CANTOPEN, "%s: page size %u does not fit the"
-        " embed layout on %u-byte blocks (%s); use a page size of at least %u"
-        " or waldio_layout=pad4k", db->zName, page, g.block, zWhy, g.block);
+        " %s layout on %u-byte blocks (%s); use a page size of at least %u"
+        " or waldio_layout=pad4k", db->zName, page,
+        waldio_layout_name((int)g.layout), g.block, zWhy, g.block);
   }
   return SQLITE_OK;
 }
@@ -400,6 +429,8 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     return waldio_error(SQLITE_CANTOPEN, "%s: cannot find the database this"
                         " WAL belongs to among waldio's open files", zName);
   }
+  rc = check_reserve(db, zName);
+  if( rc ) return rc;
   db_owner(zName, &mode, &uid, &gid);
   zStockShm = sqlite3_mprintf("%s-shm", sqlite3_filename_database(zName));
   if( !zStockShm ) return SQLITE_NOMEM;
@@ -407,7 +438,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
                    uid, gid, &p->pLog);
   sqlite3_free(zStockShm);
   if( rc ) return rc;
-  rc = check_database(db, p->pLog);
+  rc = check_page_size(db, p->pLog);
   if( rc ){
     log_release(&v->registry, p->pLog);
     return rc;

@@ -71,26 +71,30 @@ static int read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot){
   return rc;
 }
 
+/* How write_meta writes block 0. */
+#define META_DSYNC    0x1   /* O_DSYNC write (persistent mode) */
+#define META_ARM      0x2   /* arm the normal-mode flush timer */
+#define META_ADVISORY 0x4   /* nothing SQLite relies on: needs no flush */
+
 /* Write block 0 from sb (mutex not held). */
-static int write_meta(waldio_log *pLog, const wal_superblock *sb, int dsync,
-                      int armFlush){
+static int write_meta(waldio_log *pLog, const wal_superblock *sb, int flags){
   u32 n = pLog->file.block;
   u8 *buf = dio_alloc(&pLog->file, n);
   int rc;
   if( !buf ) return SQLITE_NOMEM;
   wf_encode_block0(sb, buf);
-  rc = dio_write(&pLog->file, buf, n, 0, dsync);
+  rc = dio_write(&pLog->file, buf, n, 0, flags & META_DSYNC);
   dio_free(buf);
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
     pLog->stats.block0_writes++;
     pLog->stats.log_writes++;
     pLog->stats.bytes_written += n;
-    if( dsync ){
+    if( flags & META_DSYNC ){
       pLog->stats.dsync_writes++;
-    }else{
+    }else if( !(flags & META_ADVISORY) ){
       pLog->writeSeq++;
-      if( armFlush ) flusher_arm(pLog);
+      if( flags & META_ARM ) flusher_arm(pLog);
     }
   }
   pthread_mutex_unlock(&pLog->mutex);
@@ -129,7 +133,7 @@ static int format_fresh(waldio_log *pLog, const waldio_options *o,
     prealloc = sb.geo.area + 8*(i64)pLog->file.block;
   }
   rc = dio_zero_fill(&pLog->file, 0, prealloc);
-  if( rc==SQLITE_OK ) rc = write_meta(pLog, &sb, 0, 0);
+  if( rc==SQLITE_OK ) rc = write_meta(pLog, &sb, META_ADVISORY);
   if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
   if( rc==SQLITE_OK && created ) rc = dio_sync_dir(pLog->sys, pLog->zPath);
   if( rc ) return rc;
@@ -148,7 +152,7 @@ static int relayout_empty(waldio_log *pLog, wal_superblock *sb, int layout){
   zWhy = wf_geometry(&n.geo, (u32)layout, sb->geo.block, sb->geo.page);
   if( zWhy ) return waldio_error(SQLITE_CANTOPEN, "%s: %s", pLog->zPath, zWhy);
   *sb = n;
-  return write_meta(pLog, sb, 0, 0);
+  return write_meta(pLog, sb, META_ADVISORY);
 }
 
 static int use_existing(waldio_log *pLog, const waldio_options *o,
@@ -170,7 +174,7 @@ static int use_existing(waldio_log *pLog, const waldio_options *o,
       rc = relayout_empty(pLog, sb, o->layout);
     }else if( !(sb->flags & SB_FLAG_GUARD) ){
       sb->flags |= SB_FLAG_GUARD;          /* F4: in use from now on */
-      rc = write_meta(pLog, sb, 0, 0);
+      rc = write_meta(pLog, sb, META_ADVISORY);
     }
   }
   pLog->physSize = size / sb->geo.block * sb->geo.block;
@@ -532,7 +536,7 @@ int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int dsync,
   adopt_meta(pLog, &sb);
   frame_cache_clear(&pLog->cache);      /* a new generation begins */
   pthread_mutex_unlock(&pLog->mutex);
-  return write_meta(pLog, &sb, dsync, armFlush);
+  return write_meta(pLog, &sb, (dsync ? META_DSYNC : 0) | (armFlush ? META_ARM : 0));
 }
 
 /* Re-read block 0 and adopt it (another process may have written it). */
@@ -580,7 +584,7 @@ int log_logical_size(waldio_log *pLog, i64 *pSize){
   return SQLITE_OK;
 }
 
-int log_set_empty(waldio_log *pLog, int dsync, int keepGuard){
+int log_set_empty(waldio_log *pLog, int keepGuard){
   wal_superblock sb;
   pthread_mutex_lock(&pLog->mutex);
   sb = pLog->sb;
@@ -591,14 +595,16 @@ int log_set_empty(waldio_log *pLog, int dsync, int keepGuard){
   frame_cache_clear(&pLog->cache);
   pLog->stats.logical_truncates++;
   pthread_mutex_unlock(&pLog->mutex);
-  return write_meta(pLog, &sb, dsync, 0);
+  /* Advisory: if it is lost in a crash, recovery replays frames that are
+  ** already in the database, which changes nothing. */
+  return write_meta(pLog, &sb, META_ADVISORY);
 }
 
-int log_truncate(waldio_log *pLog, i64 size, int dsync){
+int log_truncate(waldio_log *pLog, i64 size){
   wal_geometry g = log_geometry(pLog);
   i64 keep, phys;
   int rc = SQLITE_OK;
-  if( size<WAL_HDR_BYTES ) rc = log_set_empty(pLog, dsync, 1);
+  if( size<WAL_HDR_BYTES ) rc = log_set_empty(pLog, 1);
   if( rc ) return rc;
   /* Give back space beyond both the requested size and the configured
   ** preallocation; the preallocation itself is never returned. */

@@ -145,11 +145,11 @@ int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas);
 int log_logical_size(waldio_log *pLog, i64 *pSize);
 
 /* SQLite truncated the logical file to `size` bytes. */
-int log_truncate(waldio_log *pLog, i64 size, int dsync);
+int log_truncate(waldio_log *pLog, i64 size);
 
 /* Mark the log empty (no generation). keepGuard = 0 only for the clean
 ** close of the last connection (wal_format.c F4). */
-int log_set_empty(waldio_log *pLog, int dsync, int keepGuard);
+int log_set_empty(waldio_log *pLog, int keepGuard);
 
 /* Make every completed write durable (skipped if nothing is unflushed). */
 int log_sync(waldio_log *pLog);

@@ -255,6 +255,14 @@ class Connection(ABC):
                 raise _closed_error()
             self._load_extension(os.fspath(path), entry_point)
 
+    def file_control_int(self, op: int, value: int, dbname: str = "main") -> int:
+        """sqlite3_file_control() with an int argument (e.g. 38, RESERVE_BYTES);
+        returns the int SQLite leaves there. Raises SQLiteError on failure."""
+        with self._lock:
+            if self._closed:
+                raise _closed_error()
+            return self._file_control_int(dbname, op, value)
+
     def close(self) -> None:
         """Close the connection; closing twice is harmless."""
         with self._lock:
@@ -288,6 +296,9 @@ class Connection(ABC):
 
     @abstractmethod
     def _load_extension(self, path: str, entry_point: Optional[str]) -> None: ...
+
+    @abstractmethod
+    def _file_control_int(self, dbname: str, op: int, value: int) -> int: ...
 
     @abstractmethod
     def _close(self) -> None: ...
@@ -421,6 +432,16 @@ class _ApswConnection(Connection):
         except apsw.Error as exc:
             raise _apsw_error(exc) from None
 
+    def _file_control_int(self, dbname: str, op: int, value: int) -> int:
+        import apsw
+
+        cell = ctypes.c_int(value)
+        try:
+            self._db.file_control(dbname, op, ctypes.addressof(cell))
+        except apsw.Error as exc:
+            raise _apsw_error(exc) from None
+        return cell.value
+
     def _close(self) -> None:
         self._db.close(True)
 
@@ -510,6 +531,7 @@ _PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "sqlite3_enable_load_extension": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "sqlite3_load_extension": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, _c_void_p_p]),
     "sqlite3_free": (None, [ctypes.c_void_p]),
+    "sqlite3_file_control": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_void_p]),
 }
 
 
@@ -693,6 +715,14 @@ class _CtypesConnection(Connection):
                 message = ctypes.string_at(err.value).decode("utf-8", "replace")
                 lib.sqlite3_free(err)
             raise SQLiteError(rc & 0xFF, rc, message or self._lib.errmsg(self._db))
+
+    def _file_control_int(self, dbname: str, op: int, value: int) -> int:
+        cell = ctypes.c_int(value)
+        rc = self._lib.lib.sqlite3_file_control(self._db, dbname.encode("utf-8"), op,
+                                                ctypes.byref(cell))
+        if rc != SQLITE_OK:
+            raise self._lib.error(self._db, rc)
+        return cell.value
 
     def _close(self) -> None:
         db, self._db = self._db, None

@@ -1,0 +1,336 @@
+"""Safety and bad input: stock SQLite meeting a waldio log, waldio meeting a
+standard WAL, detaching, databases waldio cannot hold, unsupported file
+systems, corrupt logs and a full disk. Each case must end in a clear error
+or the right data, never in silent loss.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import waldio
+import workloads as wl
+from waldio.drivers import SQLiteError
+
+WORKER = str(Path(__file__).resolve().parent / "worker.py")
+SLOT0 = 4096            # embed layout, 4 KiB pages: frame i at 4096 * i
+
+
+def crash_writer(sqlite: Any, path: Path, n: int, **opts: Any) -> int:
+    """A process commits n transfers and dies without closing anything."""
+    proc = subprocess.run([sys.executable, WORKER, sqlite.name, "crash", str(path),
+                           json.dumps(dict(seed=3, n=n, **opts))],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.split().count("committed")
+
+
+def new_db(sqlite: Any, path: Path, **options: Any) -> None:
+    conn = sqlite.waldio(path, **options)
+    wl.setup(conn)
+    conn.close()
+
+
+def expected_rows(sqlite: Any, path: Path, commits: int) -> Any:
+    ref = sqlite.stock(path, reserve=24)
+    wl.setup(ref)
+    for i in range(commits):
+        wl.transfers(ref, 3 * 100003 + i, 1)
+    rows = wl.dump(ref)
+    ref.close()
+    return rows
+
+
+def test_stock_sqlite_refuses_a_log_holding_frames(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "w.db"
+    new_db(sqlite, path)
+    assert crash_writer(sqlite, path, 40) == 40
+    # The stock sqlite3 shell (Debian's 3.40.1) fails loudly...
+    shell = subprocess.run(["sqlite3", str(path), "SELECT count(*) FROM t"],
+                           capture_output=True, text=True)
+    assert shell.returncode != 0
+    assert "unable to open database file" in shell.stderr
+    # ...and so does stock SQLite inside this process (the unix VFS).
+    stock = sqlite.stock(path)
+    with pytest.raises(SQLiteError) as e:
+        stock.execute("SELECT count(*) FROM t")
+    assert e.value.code == 14                    # SQLITE_CANTOPEN
+    stock.close()
+    # Nothing was lost: waldio recovers every commit.
+    conn = sqlite.waldio(path)
+    assert wl.dump(conn) == expected_rows(sqlite, dbdir / "ref.db", 40)
+    # While a waldio connection is open, stock SQLite is refused too (the
+    # guard stays even when the log is empty) ...
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    shell = subprocess.run(["sqlite3", str(path), "SELECT count(*) FROM t"],
+                           capture_output=True, text=True)
+    assert shell.returncode != 0 and "unable to open" in shell.stderr
+    conn.close()
+    # ... and after the last connection closed cleanly, stock SQLite reads
+    # everything: the close checkpointed the log and dropped the guard.
+    shell = subprocess.run(["sqlite3", str(path), "SELECT count(*) FROM t"],
+                           capture_output=True, text=True)
+    assert shell.returncode == 0, shell.stderr
+    assert int(shell.stdout) == 40
+
+
+def test_waldio_refuses_while_stock_sqlite_has_the_database(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "s.db"
+    stock = sqlite.stock(path, reserve=24)
+    wl.setup(stock)
+    with pytest.raises(SQLiteError) as e:
+        sqlite.waldio(path).execute("SELECT count(*) FROM acct")
+    assert e.value.code == 14
+    assert "open in SQLite without waldio" in waldio_last_error(sqlite)
+    stock.close()
+    conn = sqlite.waldio(path)
+    assert conn.execute("SELECT count(*) FROM acct")[0][0] == wl.ACCOUNTS
+    conn.close()
+
+
+def waldio_last_error(sqlite: Any) -> str:
+    c = sqlite.driver.connect(":memory:", uri=False)
+    try:
+        return str(c.execute("SELECT waldio_last_error()")[0][0])
+    finally:
+        c.close()
+
+
+def test_standard_wal_left_by_stock_sqlite_is_recovered(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "w.db"
+    new_db(sqlite, path)                   # reserve 24, then closed cleanly
+    # Stock SQLite commits 60 transactions and crashes: a standard-format
+    # WAL with committed, uncheckpointed frames is left behind.
+    assert crash_writer(sqlite, path, 60, stock=True) == 60
+    wal = Path(str(path) + "-wal").read_bytes()
+    assert wal[4:8] == (3007000).to_bytes(4, "big")
+    conn = sqlite.waldio(path)
+    assert wl.dump(conn) == expected_rows(sqlite, dbdir / "ref.db", 60)
+    assert wl.integrity(conn) == "ok"
+    status = wl.status(conn)
+    assert status["holds_frames"] and status["layout"] == "embed"
+    conn.close()
+    assert not Path(str(path) + "-wal.waldio-convert").exists()
+
+
+def test_standard_wal_without_reserve(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "plain.db"
+    stock = sqlite.stock(path)               # no reserved bytes
+    wl.setup(stock)
+    stock.close()
+    assert crash_writer(sqlite, path, 30, stock=True) == 30
+    with pytest.raises(SQLiteError) as e:
+        sqlite.waldio(path).execute("SELECT count(*) FROM t")
+    assert e.value.code == 14
+    msg = waldio_last_error(sqlite)
+    assert "0 reserved bytes" in msg and "waldio convert" in msg and "pad4k" in msg
+    # The padding layout needs no reserve and keeps every commit.
+    conn = sqlite.waldio(path, layout="pad4k")
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 30
+    assert wl.integrity(conn) == "ok"
+    assert wl.status(conn)["layout"] == "pad4k"
+    conn.close()
+
+
+def test_detach_hands_the_database_back_to_stock_sqlite(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "d.db"
+    conn = sqlite.waldio(path)
+    wl.setup(conn)
+    wl.transfers(conn, 8, 50)
+    rows = wl.dump(conn)
+    assert conn.execute("PRAGMA journal_mode=DELETE")[0][0] == "delete"
+    conn.close()
+    assert not Path(str(path) + "-wal").exists()
+    stock = sqlite.stock(path)
+    assert wl.dump(stock) == rows
+    stock.close()
+
+
+def test_existing_database_without_reserve_names_the_fix(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "old.db"
+    stock = sqlite.stock(path)
+    stock.execute("CREATE TABLE t(x)")
+    stock.execute("INSERT INTO t VALUES(1)")
+    stock.close()
+    conn = sqlite.waldio(path)
+    assert conn.execute("PRAGMA journal_mode=WAL")[0][0] == "wal"
+    with pytest.raises(SQLiteError) as e:
+        conn.execute("INSERT INTO t VALUES(2)")
+    assert e.value.code == 14
+    assert "waldio convert" in waldio_last_error(sqlite)
+    conn.close()
+    conn = sqlite.waldio(path, layout="pad8k")
+    conn.execute("INSERT INTO t VALUES(2)")
+    assert conn.execute("SELECT sum(x) FROM t")[0][0] == 3
+    conn.close()
+
+
+def test_page_with_bytes_in_the_reserved_tail_is_refused(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "tail.db"
+    conn = sqlite.waldio(path)
+    wl.setup(conn)
+    conn.execute("INSERT INTO t(k, v) VALUES(1, x'00')")
+    conn.close()                                    # checkpointed into the db
+    with open(path, "r+b") as f:                   # page 2 is t's root page:
+        f.seek(2 * 4096 - 1)                       # another extension's byte
+        f.write(b"\xab")                           # in its reserved tail
+    conn = sqlite.waldio(path)
+    with pytest.raises(SQLiteError) as e:
+        conn.execute("INSERT INTO t(k, v) VALUES(2, x'00')")
+    assert e.value.code == 10                       # SQLITE_IOERR
+    assert "last 24 reserved bytes" in waldio_last_error(sqlite)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 1
+    assert wl.integrity(conn) == "ok"
+    conn.close()
+
+
+def test_page_size_smaller_than_a_block(sqlite: Any, dbdir: Path) -> None:
+    conn = sqlite.waldio(dbdir / "small.db")
+    conn.execute("PRAGMA page_size=1024")
+    with pytest.raises(SQLiteError):
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t(x)")
+    assert "page size 1024" in waldio_last_error(sqlite)
+    conn.close()
+
+
+def test_bad_options_are_named(sqlite: Any, dbdir: Path) -> None:
+    with pytest.raises(SQLiteError) as e:
+        sqlite.waldio(dbdir / "x.db", layout="diagonal").execute("SELECT 1 FROM sqlite_master")
+    assert e.value.code == 14
+    assert "waldio_layout=diagonal" in waldio_last_error(sqlite)
+    conn = sqlite.waldio(dbdir / "y.db")
+    with pytest.raises(SQLiteError) as e:
+        conn.execute("PRAGMA waldio_sync=full")
+    assert "follow PRAGMA synchronous" in str(e.value)
+    with pytest.raises(SQLiteError) as e:
+        conn.execute("PRAGMA waldio_bogus")
+    assert "unknown pragma" in str(e.value)
+    assert conn.execute("PRAGMA waldio_sync=persistent")[0][0] == "persistent"
+    assert conn.execute("PRAGMA waldio_flush_ms=20")[0][0] == "20"
+    conn.close()
+
+
+def tmpfs_dir() -> Path | None:
+    for line in Path("/proc/self/mounts").read_text().splitlines():
+        dev, mnt, fstype = line.split()[:3]
+        if fstype == "tmpfs" and os.access(mnt, os.W_OK) and mnt in ("/dev/shm", "/tmp", "/run"):
+            return Path(mnt)
+    return None
+
+
+def test_tmpfs_has_no_direct_io(sqlite: Any) -> None:
+    base = tmpfs_dir()
+    if base is None:
+        pytest.skip("no writable tmpfs mounted (looked for /dev/shm, /tmp, /run)")
+    path = base / ("waldio-tmpfs-%d.db" % os.getpid())
+    try:
+        conn = sqlite.waldio(path)
+        with pytest.raises(SQLiteError) as e:
+            wl.setup(conn)
+        conn.close()
+        assert e.value.code == 14
+        msg = waldio_last_error(sqlite)
+        assert "direct I/O is not available" in msg and "waldio_io=auto" in msg
+        conn = sqlite.waldio(path, io="auto")
+        wl.setup(conn)
+        wl.transfers(conn, 1, 20)
+        assert wl.status(conn)["io"] == "buffered"
+        assert wl.integrity(conn) == "ok"
+        conn.close()
+    finally:
+        for suffix in ("", "-wal", "-wal-shm", "-shm", "-journal"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+
+
+def test_damaged_superblock_is_refused(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "c.db"
+    new_db(sqlite, path)
+    crash_writer(sqlite, path, 10)
+    with open(str(path) + "-wal", "r+b") as f:
+        f.seek(50)
+        f.write(b"\x99")
+    with pytest.raises(SQLiteError):
+        sqlite.waldio(path).execute("SELECT count(*) FROM t")
+    assert "superblock is damaged" in waldio_last_error(sqlite)
+
+
+@pytest.mark.parametrize("frame", [1, 17, 40])
+def test_damaged_frame_is_recovered_like_stock_sqlite(sqlite: Any, dbdir: Path,
+                                                      frame: int) -> None:
+    """A flipped byte in frame k: waldio keeps exactly what stock SQLite keeps
+    when the same frame of its own WAL is damaged (everything before it)."""
+    results = []
+    for kind in ("waldio", "stock"):
+        d = dbdir / kind
+        d.mkdir()
+        path = d / "db"
+        if kind == "waldio":
+            new_db(sqlite, path)
+        else:
+            c = sqlite.stock(path, reserve=24)
+            wl.setup(c)
+            c.close()
+        assert crash_writer(sqlite, path, 30, stock=(kind == "stock")) == 30
+        wal = Path(str(path) + "-wal")
+        if kind == "waldio":
+            offset = SLOT0 * frame + 100             # inside frame k's page
+        else:
+            offset = 32 + (frame - 1) * (4096 + 24) + 24 + 100
+        with open(wal, "r+b") as f:
+            f.seek(offset)
+            byte = f.read(1)
+            f.seek(offset)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        conn = sqlite.waldio(path) if kind == "waldio" else sqlite.stock(path)
+        results.append((wl.dump(conn), wl.integrity(conn)))
+        conn.close()
+    assert results[0] == results[1]
+    assert results[0][1] == "ok"
+
+
+def test_full_disk(sqlite: Any) -> None:
+    from waldio import fsimage
+    reason = fsimage.unavailable_reason("ext4")
+    if reason:
+        pytest.skip(reason)
+    with fsimage.loop_filesystem("ext4", size_mib=32) as fs:
+        path = Path(fs.mountpoint) / "full.db"
+        conn = sqlite.waldio(path, prealloc="256K")
+        wl.setup(conn)
+        conn.execute("PRAGMA wal_autocheckpoint=0")
+        filler = Path(fs.mountpoint) / "filler"
+        with open(filler, "wb") as f:              # leave almost nothing free
+            try:
+                while True:
+                    f.write(b"\0" * (1 << 20))
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError:
+                pass
+        committed, error = 0, None
+        for i in range(400):                        # the log must grow: it can't
+            try:
+                wl.transfers(conn, 1000 + i, 1)
+                committed += 1
+            except SQLiteError as e:
+                error = e
+                break
+        assert error is not None and error.code == 13          # SQLITE_FULL
+        assert "No space left" in waldio_last_error(sqlite)
+        try:
+            conn.execute("ROLLBACK")
+        except SQLiteError:
+            pass
+        filler.unlink()
+        wl.transfers(conn, 5000, 20)                # space again: carries on
+        assert wl.integrity(conn) == "ok"
+        ok, count = wl.snapshot_ok(conn)
+        assert ok and count == committed + 20
+        conn.close()
