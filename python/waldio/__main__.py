@@ -1,0 +1,5 @@
+import sys
+
+from waldio.cli import main
+
+sys.exit(main())

@@ -1,0 +1,47 @@
+"""The `waldio` command: one entry point, one module per subcommand group.
+
+Each module listed in SUBCOMMAND_MODULES exposes
+    register(subparsers: argparse._SubParsersAction) -> None
+which adds its subcommands with `set_defaults(func=...)`; func(args) returns
+the process exit status.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+SUBCOMMAND_MODULES = ["waldio.bench_cli", "waldio.admin"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="waldio",
+        description="SQLite's WAL with direct I/O into a preallocated log: "
+                    "benchmark, inspect and manage waldio databases.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name != name:
+                raise
+            continue
+        module.register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
