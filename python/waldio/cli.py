@@ -12,6 +12,8 @@ import importlib
 import sys
 from typing import List, Optional
 
+from waldio import WaldioError
+
 SUBCOMMAND_MODULES = ["waldio.bench_cli", "waldio.admin"]
 
 
@@ -41,6 +43,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except WaldioError as e:
+        print("waldio %s: error: %s" % (args.command, e), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

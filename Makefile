@@ -1,0 +1,34 @@
+# The two commands of the README:
+#   make demo   build everything and run the main job (a short side-by-side
+#               benchmark of stock WAL and waldio on a journaled ext4)
+#   make test   build everything and run every test (C and Python)
+# Both install the Python dependencies they need (pip, PyPI).
+
+BUILD  ?= build
+PYTHON ?= python3
+BENCH_ARGS ?=
+
+.PHONY: all build deps demo test test-c test-py clean
+
+all: demo
+
+build:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	ninja -C $(BUILD)
+
+deps:
+	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test,plot]'
+
+demo: build deps
+	$(PYTHON) -m waldio bench $(BENCH_ARGS)
+
+test-c: build
+	cd $(BUILD) && ctest --output-on-failure
+
+test-py: build deps
+	$(PYTHON) -m pytest tests/py -q -ra
+
+test: test-c test-py
+
+clean:
+	rm -rf $(BUILD) python/waldio/_lib

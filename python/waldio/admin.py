@@ -1,0 +1,227 @@
+"""`waldio info`, `waldio detach`, `waldio convert`: managing waldio databases.
+
+    waldio info app.db            what the database and its log look like
+    waldio info --json app.db
+    waldio detach app.db          checkpoint, leave WAL mode, delete the log:
+                                  stock SQLite can open the database again
+    waldio detach --keep-wal app.db
+                                  the same, then put it back in (stock) WAL mode
+    waldio convert app.db         give an existing database the 24 reserved
+                                  bytes per page that header embedding needs
+                                  (sets reserve_bytes, runs VACUUM)
+
+`info` only reads files (block 0 of the log, the database header); it never
+opens the database through SQLite, so it works on a log no SQLite will open.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import struct
+from pathlib import Path
+from typing import Any, Dict
+
+import waldio
+
+RESERVE_BYTES_FCNTL = 38
+EMBED_RESERVE = 24
+WAL_MAGICS = (0x377F0682, 0x377F0683)
+WAL_VERSION = 3007000
+GUARD_VERSION = 0x57414C44
+LAYOUTS = {1: "embed", 2: "pad4k", 3: "pad8k"}
+
+
+def _u32(b: bytes, off: int) -> int:
+    return int(struct.unpack_from(">I", b, off)[0])
+
+
+def wal_checksum(data: bytes, big_endian: bool, s: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+    """SQLite's WAL checksum (src/wal.c walChecksumBytes)."""
+    s1, s2 = s
+    fmt = ">%dI" if big_endian else "<%dI"
+    words = struct.unpack(fmt % (len(data) // 4), data)
+    for i in range(0, len(words), 2):
+        s1 = (s1 + words[i] + s2) & 0xFFFFFFFF
+        s2 = (s2 + words[i + 1] + s1) & 0xFFFFFFFF
+    return s1, s2
+
+
+def describe_wal_header(h: bytes) -> Dict[str, Any]:
+    """What the first 32 bytes of a -wal say, as stock SQLite would read them."""
+    if len(h) < 32 or _u32(h, 0) not in WAL_MAGICS:
+        return {"kind": "none (stock SQLite sees an empty log)"}
+    ok = wal_checksum(h[:24], bool(_u32(h, 0) & 1)) == (_u32(h, 24), _u32(h, 28))
+    version = _u32(h, 4)
+    if not ok:
+        kind = "invalid checksum (stock SQLite sees an empty log)"
+    elif version == WAL_VERSION:
+        kind = "standard SQLite WAL header"
+    elif version == GUARD_VERSION:
+        kind = "waldio guard (stock SQLite refuses: SQLITE_CANTOPEN)"
+    else:
+        kind = "unknown WAL version %d" % version
+    return {"kind": kind, "page_size": _u32(h, 8), "checkpoint_seq": _u32(h, 12),
+            "salts": [_u32(h, 16), _u32(h, 20)]}
+
+
+def describe_superblock(b0: bytes) -> Dict[str, Any]:
+    """The waldio superblock in block 0 (docs/format.md §2)."""
+    if len(b0) < 112 or b0[32:40] != b"WALDIOSB":
+        return {"present": False}
+    ok = wal_checksum(b0[32:104], True) == (_u32(b0, 104), _u32(b0, 108))
+    flags = _u32(b0, 64)
+    out: Dict[str, Any] = {
+        "present": True, "checksum_ok": ok, "format": _u32(b0, 40),
+        "layout": LAYOUTS.get(_u32(b0, 44), "unknown(%d)" % _u32(b0, 44)),
+        "block_size": _u32(b0, 48), "header_area": _u32(b0, 52),
+        "page_size": _u32(b0, 56), "frame_bytes": _u32(b0, 60),
+        "holds_frames": bool(flags & 1), "in_use_guard": bool(flags & 2),
+    }
+    if flags & 1:
+        out["sqlite_header"] = describe_wal_header(b0[72:104])
+    return out
+
+
+def describe_database(path: Path) -> Dict[str, Any]:
+    """Everything `waldio info` reports, from the files alone."""
+    info: Dict[str, Any] = {"database": str(path)}
+    with open(path, "rb") as f:
+        h = f.read(100)
+    if h[:16] == b"SQLite format 3\x00":
+        page = struct.unpack_from(">H", h, 16)[0]
+        info.update(page_size=65536 if page == 1 else page, reserve_bytes=h[20],
+                    write_version=h[18], read_version=h[19],
+                    journal="wal" if h[18] == 2 else "rollback")
+    else:
+        info["header"] = "empty or not an SQLite database"
+    wal = Path(str(path) + "-wal")
+    info["wal_file"] = {"exists": wal.exists()}
+    if wal.exists():
+        with open(wal, "rb") as f:
+            b0 = f.read(512)
+        info["wal_file"].update(size=wal.stat().st_size,
+                                header=describe_wal_header(b0[:32]),
+                                superblock=describe_superblock(b0))
+    for suffix in ("-shm", "-wal-shm"):
+        info["wal_file"]["has" + suffix.replace("-", "_")] = Path(str(path) + suffix).exists()
+    return info
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    info = describe_database(Path(args.database))
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+
+    def show(d: Dict[str, Any], indent: str = "") -> None:
+        for k, v in d.items():
+            if isinstance(v, dict):
+                print("%s%s:" % (indent, k))
+                show(v, indent + "  ")
+            else:
+                print("%s%-16s %s" % (indent, k + ":", v))
+    show(info)
+    return 0
+
+
+def _apsw() -> Any:
+    import apsw
+    return apsw
+
+
+def detach(path: Path, keep_wal: bool = False) -> None:
+    """Checkpoint everything, leave WAL mode (the log is deleted), and
+    optionally re-enter WAL mode with stock SQLite."""
+    apsw = _apsw()
+    conn = waldio.connect(path)
+    try:
+        mode = conn.execute("PRAGMA journal_mode=DELETE").fetchall()[0][0]
+    except apsw.BusyError as e:
+        raise waldio.WaldioError("%s is in use by other connections; close them "
+                                 "first (%s)" % (path, e)) from e
+    finally:
+        conn.close()
+    if mode != "delete":
+        raise waldio.WaldioError("%s: could not leave WAL mode (journal_mode is "
+                                 "still %r): other connections have it open" % (path, mode))
+    if keep_wal:
+        stock = apsw.Connection(str(path), vfs="unix")
+        stock.execute("PRAGMA journal_mode=WAL").fetchall()
+        stock.close()
+
+
+def cmd_detach(args: argparse.Namespace) -> int:
+    detach(Path(args.database), args.keep_wal)
+    print("%s: detached from waldio%s; stock SQLite can open it" %
+          (args.database, " (back in WAL mode)" if args.keep_wal else ""))
+    return 0
+
+
+def convert(path: Path, reserve: int = EMBED_RESERVE) -> int:
+    """Set the reserved bytes per page with stock SQLite and VACUUM.
+    Returns the reserve the database has afterwards."""
+    apsw = _apsw()
+    info = describe_database(path)
+    sb = info["wal_file"].get("superblock", {})
+    if sb.get("holds_frames") or sb.get("in_use_guard"):
+        raise waldio.WaldioError(
+            "%s has a waldio log in use or holding frames; it was already opened "
+            "through waldio. Run `waldio detach %s` first if you want to rebuild it"
+            % (path, path))
+    if info.get("reserve_bytes", 0) >= reserve:
+        return int(info["reserve_bytes"])
+    conn = apsw.Connection(str(path), vfs="unix")
+    try:
+        cell = ctypes.c_int(reserve)
+        conn.file_control("main", RESERVE_BYTES_FCNTL, ctypes.addressof(cell))
+        conn.execute("VACUUM").fetchall()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    return int(describe_database(path).get("reserve_bytes", 0))
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    before = describe_database(Path(args.database)).get("reserve_bytes")
+    after = convert(Path(args.database), args.reserve)
+    if after < args.reserve:
+        print("%s: reserve is %s, wanted %d" % (args.database, after, args.reserve))
+        return 1
+    print("%s: %s reserved bytes per page (was %s): ready for header embedding"
+          % (args.database, after, before))
+    return 0
+
+
+def _existing_file(value: str) -> str:
+    if not os.path.isfile(value):
+        raise argparse.ArgumentTypeError("no such database file: %s" % value)
+    return value
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("info", help="describe a database and its waldio log",
+                       description="Read the database header and block 0 of its "
+                                   "log and say what they are (no SQLite needed).")
+    p.add_argument("database", type=_existing_file)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("detach", help="hand a database back to stock SQLite",
+                       description="Checkpoint the whole log into the database, "
+                                   "leave WAL mode and delete the log. Fails while "
+                                   "other connections have the database open.")
+    p.add_argument("database", type=_existing_file)
+    p.add_argument("--keep-wal", action="store_true",
+                   help="afterwards, put the database back in WAL mode with stock SQLite")
+    p.set_defaults(func=cmd_detach)
+
+    p = sub.add_parser("convert", help="add the reserved bytes header embedding needs",
+                       description="Give an existing database 24 reserved bytes per "
+                                   "page (SQLITE_FCNTL_RESERVE_BYTES + VACUUM, with "
+                                   "stock SQLite), so waldio can embed frame headers.")
+    p.add_argument("database", type=_existing_file)
+    p.add_argument("--reserve", type=int, default=EMBED_RESERVE, choices=range(24, 256),
+                   metavar="N", help="reserved bytes per page, 24..255 (default 24)")
+    p.set_defaults(func=cmd_convert)
