@@ -310,7 +310,32 @@ def _reserve_bytes(conn: Any, schema: str) -> Tuple[int, str]:
         wal = wal_page1_header(filename + "-wal")
         if wal is not None:
             return wal[20], "page 1 in the WAL file"
+        reserve = _reserve_from_sqlite(conn, schema) if _is_waldio_log(filename + "-wal") else None
+        if reserve is not None:      # page 1 may be in a waldio log: ask SQLite
+            return reserve, "SQLITE_FCNTL_RESERVE_BYTES"
     return header[20], "database file header"
+
+
+def _is_waldio_log(path: str) -> bool:
+    """A waldio log has its superblock magic at offset 32 (docs/format.md)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(40)[32:40] == b"WALDIOSB"
+    except OSError:
+        return False
+
+
+def _reserve_from_sqlite(conn: Any, schema: str) -> Optional[int]:
+    """SQLite's own answer (RESERVE_BYTES with -1 reads without changing)."""
+    import ctypes
+    cell = ctypes.c_int(-1)
+    try:
+        if hasattr(conn, "file_control_int"):          # waldio.drivers
+            return int(conn.file_control_int(38, -1, schema))
+        conn.file_control(schema, 38, ctypes.addressof(cell))   # apsw
+    except Exception:  # noqa: BLE001 - not every connection type has it
+        return None
+    return cell.value if cell.value >= 0 else None
 
 
 def sqlite_params(conn: Any, schema: str = "main") -> Params:

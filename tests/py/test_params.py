@@ -102,7 +102,7 @@ def dumpe2fs(device: str):
 @pytest.fixture
 def wal_db(tmp_path):
     path = tmp_path / "bench.db"
-    conn = apsw.Connection(str(path))
+    conn = apsw.Connection(str(path), vfs="unix")
     conn.execute("PRAGMA page_size=8192")
     set_reserve(conn, 24)
     assert pragma(conn, "PRAGMA journal_mode=WAL") == "wal"
