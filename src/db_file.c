@@ -261,7 +261,7 @@ static void dbShmBarrier(sqlite3_file *f){
   if( !p->pWal ) return;
   /* A failure here is kept in the log (poison or last error) and seen by
   ** the next WAL call; xShmBarrier itself cannot fail. */
-  waldio_wal_flush_pending(p->pWal);
+  waldio_wal_flush(p->pWal);
   if( p->pWal->wroteSinceBarrier && p->shm0
    && (p->holdsWriteLock || p->lockLevel==SQLITE_LOCK_EXCLUSIVE) ){
     log_publish(p->pWal->pLog, (const volatile char*)p->shm0 + WALINDEX_HDR_BYTES);

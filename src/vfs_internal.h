@@ -58,6 +58,10 @@ struct waldio_wal_file {
   waldio_log *pLog;
   u8 *aSlot;                 /* block-aligned scratch, one slot */
   u32 nSlot;                 /* its size */
+  u8 *aBatch;                /* new frames not yet written: slot images of */
+  u32 batchFirst;            /*   frames batchFirst .. batchFirst+nBatch-1 */
+  u32 nBatch;
+  u32 nBatchMax;             /* capacity in slots */
   u32 pendingFrame;          /* a frame header awaiting its page, or 0 */
   u8 aPending[WAL_FRAME_HDR_BYTES];
   u32 lastReadFrame;         /* frame read whole by the previous call, or 0 */
@@ -77,7 +81,7 @@ int waldio_db_sync_level(const waldio_db_file *p);
 /* wal_file.c */
 int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
                     int flags, int *pOutFlags);
-int waldio_wal_flush_pending(waldio_wal_file *p);
+int waldio_wal_flush(waldio_wal_file *p);
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);

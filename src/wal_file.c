@@ -8,8 +8,12 @@
 **   write 32 @ 0                 new generation: block 0 (wal_log.c)
 **   write 24 @ frame             frame header: held until its page arrives
 **   write P  @ frame+24          page: joined with the held header into one
-**                                slot image and written as ONE aligned
-**                                direct write -- the common case
+**                                slot image in the handle's batch; the
+**                                batch of consecutive new frames goes to
+**                                the log as ONE aligned direct write when
+**                                the commit frame arrives (or the batch is
+**                                full, or any other call needs the file) --
+**                                the common case: one write per commit
 **   write P  @ frame+24 (alone)  in-place overwrite of an uncommitted frame
 **                                (cache spill): keep the stored header
 **   write 24 @ frame after a     walRewriteChecksums: header-only rewrite,
@@ -21,9 +25,12 @@
 **                                as SQLite wrote it, so its checksums verify
 **
 ** Invariants:
-**   W1  A held header never outlives the call that follows it: every method,
-**       and the database's xShmBarrier, writes it out first. So nothing a
-**       commit wrote is ever only in memory when SQLite publishes it.
+**   W1  Held state (a header awaiting its page, batched frames) never
+**       outlives the commit frame or the next call: every method, and the
+**       database's xShmBarrier, writes it out first, and a commit frame is
+**       written before its xWrite returns. So nothing a commit wrote is only
+**       in memory when SQLite syncs or publishes it, and a failure is
+**       reported by the call that wrote the commit.
 **   W2  A page whose last 24 bytes are not zero is refused (embed layout):
 **       storing the frame header there would change what SQLite checksummed.
 **   W3  Writes are whole blocks at block-aligned offsets (dio_file.h D1).
@@ -43,12 +50,26 @@ static const volatile void *shm_of(waldio_wal_file *p){
   return p->pDb ? p->pDb->shm0 : 0;
 }
 
+#define BATCH_BYTES (256u * 1024u)
+
+/* Scratch and batch buffers for this geometry (the batch is empty when the
+** geometry changes: a new generation flushes first). */
 static int ensure_scratch(waldio_wal_file *p, const wal_geometry *g){
   if( g->slot<=p->nSlot ) return SQLITE_OK;
   dio_free(p->aSlot);
+  dio_free(p->aBatch);
+  p->nBatchMax = BATCH_BYTES / g->slot ? BATCH_BYTES / g->slot : 1;
   p->aSlot = dio_alloc(&p->pLog->file, g->slot);
-  p->nSlot = p->aSlot ? g->slot : 0;
-  return p->aSlot ? SQLITE_OK : SQLITE_NOMEM;
+  p->aBatch = dio_alloc(&p->pLog->file, (size_t)p->nBatchMax * g->slot);
+  if( !p->aSlot || !p->aBatch ){
+    dio_free(p->aSlot);
+    dio_free(p->aBatch);
+    p->aSlot = p->aBatch = 0;
+    p->nSlot = p->nBatchMax = 0;
+    return SQLITE_NOMEM;
+  }
+  p->nSlot = g->slot;
+  return SQLITE_OK;
 }
 
 /* persistent => O_DSYNC writes; synchronous=NORMAL => arm the flush timer. */
@@ -100,29 +121,47 @@ static int rmw_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
   }
   physical_range(&g, lo, hi, &wlo, &whi);
   write_policy(p, &dsync, &arm);
-  rc = log_write_slot(p->pLog, frame, p->aSlot, wlo, whi, kind, dsync, arm);
+  rc = log_write_slots(p->pLog, frame, 1, p->aSlot, wlo, whi, kind, dsync, arm);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
   return rc;
 }
 
-int waldio_wal_flush_pending(waldio_wal_file *p){
+/* Write the batched new frames with one system call. */
+static int flush_batch(waldio_wal_file *p){
+  u32 n = p->nBatch, slot;
+  int dsync, arm, rc;
+  if( n==0 ) return SQLITE_OK;
+  p->nBatch = 0;
+  slot = log_geometry(p->pLog).slot;
+  write_policy(p, &dsync, &arm);
+  rc = log_write_slots(p->pLog, p->batchFirst, n, p->aBatch, 0, n * slot,
+                       LOG_WRITE_FRAME, dsync, arm);
+  if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
+  return rc;
+}
+
+int waldio_wal_flush(waldio_wal_file *p){
   u32 frame = p->pendingFrame;
-  if( frame==0 ) return SQLITE_OK;
+  int rc = flush_batch(p);
+  if( rc || frame==0 ) return rc;
   p->pendingFrame = 0;
   return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, p->aPending, LOG_WRITE_OTHER);
 }
 
-/* The common case: the held header and its page become one slot write. */
+/* The common case: the held header and its page become one slot image in
+** the batch. The commit frame (nTruncate != 0) writes the batch out. */
 static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
                            u32 frame, const u8 *page){
   u32 pgno = wf_get32(p->aPending);
-  int dsync, arm, rc;
+  int isCommit = wf_get32(p->aPending + 4)!=0;
+  u8 *slot;
+  int rc;
   if( g->layout==WALDIO_LAYOUT_EMBED ){
     if( !wf_tail_is_zero(page, g->page)
      || (pgno==1 && page[20]<WAL_FRAME_HDR_BYTES) ){
       /* Refuse the page, but keep the header write SQLite was told
       ** succeeded: every successful xWrite is in the file. */
-      rc = waldio_wal_flush_pending(p);
+      rc = waldio_wal_flush(p);
       if( rc ) return rc;
       if( pgno!=1 || page[20]>=WAL_FRAME_HDR_BYTES ) return tail_error(p, pgno);
       return waldio_error(SQLITE_IOERR_WRITE, "%s: the database has %u reserved"
@@ -130,18 +169,20 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
           " `waldio convert` or use waldio_layout=pad4k", p->pLog->zPath,
           (unsigned)page[20]);
     }
-  }else{
-    memset(p->aSlot, 0, g->slot);
   }
+  if( p->nBatch
+   && (frame!=p->batchFirst + p->nBatch || p->nBatch==p->nBatchMax) ){
+    rc = flush_batch(p);
+    if( rc ) return rc;
+  }
+  if( p->nBatch==0 ) p->batchFirst = frame;
+  slot = p->aBatch + (size_t)p->nBatch * g->slot;
+  if( g->layout!=WALDIO_LAYOUT_EMBED ) memset(slot, 0, g->slot);
+  wf_logical_to_slot(g, slot, 0, WAL_FRAME_HDR_BYTES, p->aPending);
+  wf_logical_to_slot(g, slot, WAL_FRAME_HDR_BYTES, WAL_FRAME_HDR_BYTES + g->page, page);
+  p->nBatch++;
   p->pendingFrame = 0;
-  wf_logical_to_slot(g, p->aSlot, 0, WAL_FRAME_HDR_BYTES, p->aPending);
-  wf_logical_to_slot(g, p->aSlot, WAL_FRAME_HDR_BYTES,
-                     WAL_FRAME_HDR_BYTES + g->page, page);
-  write_policy(p, &dsync, &arm);
-  rc = log_write_slot(p->pLog, frame, p->aSlot, 0, g->slot, LOG_WRITE_FRAME,
-                      dsync, arm);
-  if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
-  return rc;
+  return isCommit ? flush_batch(p) : SQLITE_OK;
 }
 
 /* Any write shape: split by frame, read-modify-write each piece. */
@@ -177,7 +218,7 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   rc = log_begin_write(p->pLog, shm_of(p));
   if( rc ) return rc;
   if( iOfst==0 && iAmt==WAL_HDR_BYTES ){
-    rc = waldio_wal_flush_pending(p);
+    rc = waldio_wal_flush(p);
     write_policy(p, &dsync, &arm);
     if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, dsync, arm);
     return rc;
@@ -193,8 +234,12 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   frame = (u32)((iOfst - WAL_HDR_BYTES) / (g.page + WAL_FRAME_HDR_BYTES)) + 1;
   within = (u32)((iOfst - WAL_HDR_BYTES) % (g.page + WAL_FRAME_HDR_BYTES));
   if( iAmt==WAL_FRAME_HDR_BYTES && within==0 ){
-    rc = waldio_wal_flush_pending(p);
-    if( rc ) return rc;
+    /* A new frame's header joins the batch of new frames; anything else
+    ** held (an unmatched header) or a checksum rewrite writes it out. */
+    if( prevRead==frame || p->pendingFrame ){
+      rc = waldio_wal_flush(p);
+      if( rc ) return rc;
+    }
     if( prevRead==frame ){
       return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, z, LOG_WRITE_HEADER);
     }
@@ -204,12 +249,12 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   }
   if( (u32)iAmt==g.page && within==WAL_FRAME_HDR_BYTES ){
     if( p->pendingFrame==frame ) return write_new_frame(p, &g, frame, z);
-    rc = waldio_wal_flush_pending(p);
+    rc = waldio_wal_flush(p);
     if( rc ) return rc;
     return rmw_frame(p, frame, WAL_FRAME_HDR_BYTES,
                      WAL_FRAME_HDR_BYTES + g.page, z, LOG_WRITE_PAGE);
   }
-  rc = waldio_wal_flush_pending(p);
+  rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = write_general(p, &g, z, iAmt, iOfst);
   return rc;
 }
@@ -246,7 +291,7 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
   int rc;
 
   p->lastReadFrame = 0;
-  rc = waldio_wal_flush_pending(p);
+  rc = waldio_wal_flush(p);
   if( rc ) return rc;
   if( pos<WAL_HDR_BYTES ){
     u8 aHdr[WAL_HDR_BYTES];
@@ -283,7 +328,7 @@ static int walSync(sqlite3_file *pFile, int flags){
   int rc;
   (void)flags;
   p->lastReadFrame = 0;
-  rc = waldio_wal_flush_pending(p);
+  rc = waldio_wal_flush(p);
   return rc ? rc : log_sync(p->pLog);
 }
 
@@ -291,7 +336,7 @@ static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
   p->lastReadFrame = 0;
-  rc = waldio_wal_flush_pending(p);
+  rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
   return rc ? rc : log_truncate(p->pLog, size);
 }
@@ -301,7 +346,7 @@ static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
   i64 size = 0;
   int rc;
   p->lastReadFrame = 0;
-  rc = waldio_wal_flush_pending(p);
+  rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = log_logical_size(p->pLog, &size);
   *pSize = size;
   return rc;
@@ -310,7 +355,7 @@ static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
 static int walClose(sqlite3_file *pFile){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   waldio_vfs *v = p->pDb->pVfs;
-  int rc = waldio_wal_flush_pending(p);
+  int rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK && p->closeClean ){
     /* Fully checkpointed by the last connection anywhere: drop the
     ** generation and the guard, so the next open recovers nothing and stock
@@ -320,7 +365,8 @@ static int walClose(sqlite3_file *pFile){
   if( p->pDb->pWal==p ) p->pDb->pWal = 0;
   log_release(&v->registry, p->pLog);
   dio_free(p->aSlot);
-  p->aSlot = 0;
+  dio_free(p->aBatch);
+  p->aSlot = p->aBatch = 0;
   return rc;
 }
 

@@ -481,16 +481,19 @@ static void count_write(waldio_stats *s, int kind){
   }
 }
 
-int log_write_slot(waldio_log *pLog, u32 frame, const u8 *img, u32 lo, u32 hi,
-                   int kind, int dsync, int armFlush){
+int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
+                    u32 lo, u32 hi, int kind, int dsync, int armFlush){
   wal_geometry g = log_geometry(pLog);
   i64 off = wf_slot_offset(&g, frame);
-  int rc = ensure_allocated(pLog, off + g.slot);
+  u32 i;
+  int rc = ensure_allocated(pLog, off + (i64)nSlot * g.slot);
   if( rc==SQLITE_OK ) rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo, dsync);
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
-    frame_cache_put(&pLog->cache, frame, img);
-    count_write(&pLog->stats, kind);
+    for(i=0; i<nSlot; i++){
+      frame_cache_put(&pLog->cache, frame + i, img + (size_t)i * g.slot);
+      count_write(&pLog->stats, kind);
+    }
     pLog->stats.log_writes++;
     pLog->stats.bytes_written += hi - lo;
     if( dsync ){
@@ -500,7 +503,7 @@ int log_write_slot(waldio_log *pLog, u32 frame, const u8 *img, u32 lo, u32 hi,
       if( armFlush ) flusher_arm(pLog);
     }
   }else{
-    /* The slot's content on disk is unknown now: never serve it cached. */
+    /* The slots' content on disk is unknown now: never serve them cached. */
     drop_cache(pLog);
   }
   pthread_mutex_unlock(&pLog->mutex);

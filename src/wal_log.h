@@ -125,10 +125,12 @@ int log_read_slot(waldio_log *pLog, u32 frame, const volatile void *shm0,
 /* What a slot write was, for the statistics. */
 enum { LOG_WRITE_FRAME, LOG_WRITE_PAGE, LOG_WRITE_HEADER, LOG_WRITE_OTHER };
 
-/* Write bytes [lo,hi) (block-aligned) of the slot image img for frame.
-** dsync: O_DSYNC write. armFlush: start the normal-mode flush timer. */
-int log_write_slot(waldio_log *pLog, u32 frame, const u8 *img, u32 lo, u32 hi,
-                   int kind, int dsync, int armFlush);
+/* Write bytes [lo,hi) (block-aligned) of img, the images of nSlot
+** consecutive slots starting at frame, with one system call; every slot
+** image is then cached. dsync: O_DSYNC write. armFlush: start the
+** normal-mode flush timer. */
+int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
+                    u32 lo, u32 hi, int kind, int dsync, int armFlush);
 
 /* Non-zero while the log holds a generation (SQLite's header is stored). */
 int log_holds_generation(waldio_log *pLog);

@@ -47,6 +47,9 @@ typedef struct harness {
   u32 P, fb;              /* page size, logical frame bytes */
   u32 next;               /* next frame to append */
   u32 hi;                 /* highest frame written this generation */
+  u32 published;          /* frames another connection may read: written
+                          ** by a commit frame or any later non-append call
+                          ** (new frames before that may still be batched) */
   int embed;
   unsigned seed;
   u32 salt[2];
@@ -81,6 +84,9 @@ static int do_write(harness *h, const u8 *z, size_t n, i64 off){
   if( rc==SQLITE_OK ) model_write(h, z, n, off);
   return rc;
 }
+
+/* Every call except appending a non-commit frame writes batched frames. */
+static void all_written(harness *h){ h->published = h->next - 1; }
 
 /* Read through handle f and compare every defined byte with the model. */
 static void check_read(harness *h, sqlite3_file *f, size_t n, i64 off){
@@ -120,6 +126,7 @@ static void new_header(harness *h){
   CHECK(do_write(h, hdr, 32, 0)==SQLITE_OK);
   h->next = 1;
   h->hi = 0;
+  h->published = 0;
 }
 
 static void make_frame_header(harness *h, u8 *hdr){
@@ -141,6 +148,7 @@ static void op_append(harness *h){
   CHECK(do_write(h, page, h->P, loff(h, h->next) + 24)==SQLITE_OK);
   if( h->next>h->hi ) h->hi = h->next;
   h->next++;
+  if( wf_get32(hdr+4)!=0 ) all_written(h);     /* a commit frame */
   free(page);
 }
 
@@ -149,6 +157,7 @@ static void op_page_overwrite(harness *h){
   u32 i = 1 + rnd(h, h->next - 1);
   make_page(h, page);
   CHECK(do_write(h, page, h->P, loff(h, i) + 24)==SQLITE_OK);
+  all_written(h);
   free(page);
 }
 
@@ -156,6 +165,7 @@ static void op_header_rewrite(harness *h){
   u8 hdr[24];
   u32 i = 1 + rnd(h, h->next - 1);
   check_read(h, h->w, h->fb, loff(h, i));          /* walRewriteChecksums */
+  all_written(h);
   make_frame_header(h, hdr);
   CHECK(do_write(h, hdr, 24, loff(h, i))==SQLITE_OK);
 }
@@ -172,6 +182,7 @@ static void op_odd_write(harness *h){
     if( in_tail(h, off + (i64)k) ) z[k] = 0;
   }
   CHECK(do_write(h, z, n, off)==SQLITE_OK);
+  all_written(h);
   free(z);
 }
 
@@ -186,19 +197,27 @@ static void op_bad_tail(harness *h){
         ==SQLITE_IOERR_WRITE);
   if( h->next>h->hi ) h->hi = h->next;
   h->next++;
+  all_written(h);
   free(page);
 }
 
 static void op_read(harness *h){
-  sqlite3_file *f = rnd(h, 3)==0 ? h->w2 : h->w;
-  u32 i = 1 + rnd(h, h->next - 1);
+  sqlite3_file *f = h->w;
+  u32 last = h->next - 1;     /* frames this handle may read */
+  u32 i;
+  if( rnd(h, 3)==0 && h->published>0 ){
+    f = h->w2;                /* another connection: published frames only */
+    last = h->published;
+  }
+  if( f==h->w ) all_written(h);
+  i = 1 + rnd(h, last);
   switch( rnd(h, 5) ){
     case 0: check_read(h, f, h->P, loff(h, i) + 24); break;    /* page lookup */
     case 1: check_read(h, f, 8, loff(h, i) + 16); break;       /* checksum */
     case 2: check_read(h, f, h->fb, loff(h, i)); break;        /* recovery */
     case 3: check_read(h, f, 32, 0); break;                    /* header */
     default: {
-      i64 end = loff(h, h->next);
+      i64 end = loff(h, last + 1);
       i64 off = rnd(h, (u32)end);
       size_t n = 1 + rnd(h, 3 * h->fb);
       if( off + (i64)n>end ) n = (size_t)(end - off);
@@ -212,13 +231,16 @@ static void op_misc(harness *h){
   switch( rnd(h, 3) ){
     case 0:
       CHECK(h->w->pMethods->xSync(h->w, SQLITE_SYNC_NORMAL)==SQLITE_OK);
+      all_written(h);
       break;
     case 1:
       CHECK(h->w->pMethods->xFileSize(h->w, &size)==SQLITE_OK);
       CHECK(size>=loff(h, h->hi + 1));
+      all_written(h);
       break;
     default:
       h->next = 1 + rnd(h, h->next);       /* rollback: rewrite from here */
+      if( h->published>=h->next ) h->published = h->next - 1;
   }
 }
 
