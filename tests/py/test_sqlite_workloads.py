@@ -264,3 +264,29 @@ def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path
         wl.transfers(ref, 3 * 100003 + i, 1)
     assert rows == wl.dump(ref)
     ref.close()
+
+
+def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir: Path) -> None:
+    """Process A keeps its connection (and its cache of the frames it wrote)
+    while process B restarts the log and overwrites the same frame numbers;
+    A must read B's pages, not its cached ones."""
+    path = dbdir / "waldio.db"
+    a = sqlite.waldio(path)
+    wl.setup(a)
+    ref = sqlite.stock(dbdir / "stock.db", reserve=24)
+    wl.setup(ref)
+    for round_, seed in enumerate((11, 12, 13, 14)):
+        wl.transfers(a, seed, 40)                # A writes frames 1..n
+        wl.transfers(ref, seed, 40)
+        a.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        other = 100 + seed
+        proc = subprocess.run([sys.executable, WORKER, sqlite.name, "writer", str(path),
+                               json.dumps({"seed": other, "n": 30})], timeout=300)
+        assert proc.returncode == 0              # B restarted the log: 1..m again
+        wl.transfers(ref, other, 30)
+        assert wl.dump(a) == wl.dump(ref), "round %d" % round_
+        assert wl.integrity(a) == "ok"
+    stats = wl.stats(a)
+    assert stats["cache_invalidations"] >= 4     # A noticed B every round
+    a.close()
+    ref.close()
