@@ -24,8 +24,11 @@
 **   waldio_prealloc  bytes (K/M/G suffix ok)    (initial log size)
 **   waldio_cache     bytes                      (recent-frame cache)
 **   waldio_flush_ms  milliseconds               (normal-mode flush bound)
+**   waldio_group     off | async | durable      (group commit)
+**   waldio_group_bytes, waldio_group_ms         (group buffer and interval)
 ** and, at run time, PRAGMA waldio; PRAGMA waldio_sync; PRAGMA waldio_stats;
-** PRAGMA waldio_flush_ms. docs/usage.md describes each; docs/format.md the
+** PRAGMA waldio_flush_ms; PRAGMA waldio_group (and _bytes, _ms).
+** docs/usage.md describes each; docs/format.md the
 ** on-disk format; docs/durability.md what each mode promises.
 **
 ** Every failure is also described in words: through sqlite3_log() and
@@ -61,6 +64,15 @@ extern "C" {
 #define WALDIO_SYNC_PERSISTENT 1 /* every log write is O_DSYNC (FUA where the
                                  ** device has it): durable when it returns */
 
+/* Group commit (docs/durability.md). */
+#define WALDIO_GROUP_OFF     0   /* every commit written on its own */
+#define WALDIO_GROUP_ASYNC   1   /* commits return once buffered; the buffer
+                                 ** is written (and flushed as the sync mode
+                                 ** asks) when full or after group_ms: may
+                                 ** lose the last group_ms of commits */
+#define WALDIO_GROUP_DURABLE 2   /* a commit returns once durable; concurrent
+                                 ** committers share one write + flush */
+
 /* Direct I/O policy. */
 #define WALDIO_IO_DIRECT     0   /* O_DIRECT or a clear error at open */
 #define WALDIO_IO_AUTO       1   /* O_DIRECT where supported, else buffered */
@@ -77,6 +89,9 @@ typedef struct waldio_options {
   long long prealloc_bytes;   /* initial log preallocation, default 4 MiB */
   long long cache_bytes;      /* recent-frame cache per log, default 4 MiB */
   int flush_ms;               /* normal-mode flush bound, default 100 ms */
+  int group;                  /* WALDIO_GROUP_*, default OFF */
+  long long group_bytes;      /* group buffer, default 16 KiB */
+  int group_ms;               /* async group interval, default 2 ms */
 } waldio_options;
 
 /* Fill *o with the defaults. */

@@ -203,6 +203,26 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
         p->pShmHost->pMethods->xFileControl(p->pShmHost, op, &v);
       }
       break;
+    case SQLITE_FCNTL_COMMIT_PHASETWO:
+      /* After SQLite released the WAL write lock: a durable group commit
+      ** waits here for the group write carrying it (log_group.h). */
+      if( p->pWal && p->pWal->commitSeq ){
+        u64 seq = p->pWal->commitSeq;
+        p->pWal->commitSeq = 0;
+        p->pWal->inCommit = 0;
+        if( log_group_mode(p->pWal->pLog)==WALDIO_GROUP_DURABLE ){
+          return group_wait(p->pWal->pLog, seq);
+        }
+      }
+      break;
+    case SQLITE_FCNTL_CKPT_START:
+      /* A checkpoint must never copy a frame that is not in the log yet. */
+      if( p->pWal && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF ){
+        if( group_write_all(p->pWal->pLog)==SQLITE_OK && waldio_db_sync_level(p)>0 ){
+          log_sync(p->pWal->pLog);
+        }
+      }
+      break;
     case SQLITE_FCNTL_EXTERNAL_READER:
       if( p->pShmHost ){
         return p->pShmHost->pMethods->xFileControl(p->pShmHost, op, pArg);
@@ -262,6 +282,7 @@ static void dbShmBarrier(sqlite3_file *f){
   /* A failure here is kept in the log (poison or last error) and seen by
   ** the next WAL call; xShmBarrier itself cannot fail. */
   waldio_wal_flush(p->pWal);
+  p->pWal->inCommit = 0;
   if( p->pWal->wroteSinceBarrier && p->shm0
    && (p->holdsWriteLock || p->lockLevel==SQLITE_LOCK_EXCLUSIVE) ){
     log_publish(p->pWal->pLog, (const volatile char*)p->shm0 + WALINDEX_HDR_BYTES);

@@ -1,11 +1,13 @@
 /*
-** log_flusher.c — the normal-mode flush timer (see log_flusher.h).
+** log_flusher.c — the log's background thread (see log_flusher.h).
 **
-** The deadline is set by the first write after the last flush and is not
-** pushed back by later writes, so the bound holds under a steady stream of
-** commits: at most one flush per flush_ms.
+** Two deadlines: the normal-mode flush deadline, set by the first write
+** after the last flush and not pushed back by later writes (so the bound
+** holds under a steady stream of commits: at most one flush per flush_ms),
+** and the group buffer's (log_group.c), which it only reads.
 */
 #include "log_flusher.h"
+#include "log_group.h"
 #include "errors.h"
 #include "sqlite_api.h"
 
@@ -26,19 +28,29 @@ static i64 now_ns(void){
   return (i64)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+/* The earlier of the two deadlines, 0 if neither is set. Mutex held. */
+static i64 next_deadline(const waldio_log *pLog){
+  i64 a = pLog->pFlusher->deadlineNs, b = pLog->group.deadlineNs;
+  if( a==0 ) return b;
+  if( b==0 ) return a;
+  return a<b ? a : b;
+}
+
 static void *flusher_main(void *pArg){
   waldio_log *pLog = pArg;
   log_flusher *f = pLog->pFlusher;
   pthread_mutex_lock(&pLog->mutex);
   while( !f->stop ){
-    i64 t = now_ns();
-    if( f->deadlineNs==0 ){
+    i64 t = now_ns(), next = next_deadline(pLog);
+    if( next==0 ){
       pthread_cond_wait(&f->cond, &pLog->mutex);
-    }else if( t<f->deadlineNs ){
+    }else if( t<next ){
       struct timespec ts;
-      ts.tv_sec = f->deadlineNs / 1000000000;
-      ts.tv_nsec = f->deadlineNs % 1000000000;
+      ts.tv_sec = next / 1000000000;
+      ts.tv_nsec = next % 1000000000;
       pthread_cond_timedwait(&f->cond, &pLog->mutex, &ts);
+    }else if( pLog->group.deadlineNs && t>=pLog->group.deadlineNs ){
+      group_on_deadline(pLog);            /* releases the mutex while writing */
     }else{
       f->deadlineNs = 0;
       pthread_mutex_unlock(&pLog->mutex);
@@ -64,8 +76,8 @@ static log_flusher *flusher_start(waldio_log *pLog){
     free(f);
     pLog->pFlusher = 0;
     waldio_error(SQLITE_NOMEM, "cannot start the flusher thread of %s: the"
-                 " normal-mode flush bound falls back to the next checkpoint",
-                 pLog->zPath);
+                 " normal-mode flush bound and async group writes fall back to"
+                 " the next checkpoint or close", pLog->zPath);
     return 0;
   }
   return f;
@@ -79,6 +91,12 @@ void flusher_arm(waldio_log *pLog){
     f->deadlineNs = now_ns() + (i64)pLog->flushMs * 1000000;
     pthread_cond_signal(&f->cond);
   }
+}
+
+void flusher_wake(waldio_log *pLog){
+  log_flusher *f = pLog->pFlusher;
+  if( !f && (f = flusher_start(pLog))==0 ) return;
+  pthread_cond_signal(&f->cond);
 }
 
 void flusher_stop(waldio_log *pLog){

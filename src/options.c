@@ -18,10 +18,14 @@ void waldio_options_default(waldio_options *o){
   o->prealloc_bytes = WALDIO_DEFAULT_PREALLOC;
   o->cache_bytes = WALDIO_DEFAULT_CACHE;
   o->flush_ms = WALDIO_DEFAULT_FLUSH_MS;
+  o->group = WALDIO_GROUP_OFF;
+  o->group_bytes = WALDIO_DEFAULT_GROUP_BYTES;
+  o->group_ms = WALDIO_DEFAULT_GROUP_MS;
 }
 
 static const char *azLayout[] = { 0, "embed", "pad4k", "pad8k" };
 static const char *azIo[] = { "direct", "auto", "buffered" };
+static const char *azGroup[] = { "off", "async", "durable" };
 
 const char *waldio_layout_name(int layout){
   return layout>=1 && layout<=3 ? azLayout[layout] : "unknown";
@@ -29,6 +33,18 @@ const char *waldio_layout_name(int layout){
 
 const char *waldio_io_name(int io){
   return io>=0 && io<=2 ? azIo[io] : "unknown";
+}
+
+const char *waldio_group_name(int group){
+  return group>=0 && group<=2 ? azGroup[group] : "unknown";
+}
+
+int waldio_parse_group(const char *z, int *pOut){
+  int i;
+  for(i=0; i<=2; i++){
+    if( strcasecmp(z, azGroup[i])==0 ){ *pOut = i; return 0; }
+  }
+  return -1;
 }
 
 int waldio_parse_layout(const char *z, int *pOut){
@@ -114,6 +130,19 @@ int waldio_options_from_uri(waldio_options *o, const char *zUri){
   if( (z = sqlite3_uri_parameter(zUri, "waldio_flush_ms"))!=0
    && waldio_parse_ms(z, &o->flush_ms) ){
     return bad_uri("waldio_flush_ms", z, "milliseconds between 1 and 60000");
+  }
+  if( (z = sqlite3_uri_parameter(zUri, "waldio_group"))!=0
+   && waldio_parse_group(z, &o->group) ){
+    return bad_uri("waldio_group", z, "off, async or durable");
+  }
+  if( (z = sqlite3_uri_parameter(zUri, "waldio_group_bytes"))!=0
+   && (waldio_parse_bytes(z, &o->group_bytes) || o->group_bytes<4096
+       || o->group_bytes>WALDIO_MAX_GROUP_BYTES) ){
+    return bad_uri("waldio_group_bytes", z, "a size between 4K and 16M");
+  }
+  if( (z = sqlite3_uri_parameter(zUri, "waldio_group_ms"))!=0
+   && waldio_parse_ms(z, &o->group_ms) ){
+    return bad_uri("waldio_group_ms", z, "milliseconds between 1 and 60000");
   }
   return SQLITE_OK;
 }

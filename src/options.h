@@ -12,6 +12,9 @@
 #define WALDIO_DEFAULT_FLUSH_MS   100
 #define WALDIO_MIN_PREALLOC       (64LL << 10)
 #define WALDIO_MAX_FLUSH_MS       60000
+#define WALDIO_DEFAULT_GROUP_BYTES (16LL << 10)
+#define WALDIO_DEFAULT_GROUP_MS   2
+#define WALDIO_MAX_GROUP_BYTES    (16LL << 20)
 
 /* Apply the waldio_* URI parameters of zUri (a filename SQLite passed to
 ** xOpen) to *o. Returns SQLITE_OK or SQLITE_CANTOPEN with the error recorded. */
@@ -24,8 +27,10 @@ int waldio_parse_sync(const char *z, int *pOut);
 int waldio_parse_io(const char *z, int *pOut);
 int waldio_parse_bytes(const char *z, long long *pOut);
 int waldio_parse_ms(const char *z, int *pOut);
+int waldio_parse_group(const char *z, int *pOut);
 
 const char *waldio_layout_name(int layout);
 const char *waldio_io_name(int io);
+const char *waldio_group_name(int group);
 
 #endif

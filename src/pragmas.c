@@ -9,6 +9,10 @@
 **   PRAGMA waldio_stats;            counters of this log in this process (JSON)
 **   PRAGMA waldio_stats=reset;      zero them
 **   PRAGMA waldio_flush_ms[=N];     normal-mode flush bound in milliseconds
+**   PRAGMA waldio_group[=M];        group commit: off | async | durable, for
+**                                   every connection of this process
+**   PRAGMA waldio_group_bytes[=N];  group buffer size (4K..16M)
+**   PRAGMA waldio_group_ms[=N];     async group interval in milliseconds
 **
 ** SQLite shows a handled pragma's answer as one row with one column, so
 ** structured answers are JSON objects. Unknown waldio_* names are an error,
@@ -57,12 +61,14 @@ static char *status_json(waldio_db_file *p){
   char *z = sqlite3_mprintf("{\"version\":\"%s\",\"vfs\":%s,"
       "\"sync\":\"%s\",\"sync_setting\":\"%s\",\"io_setting\":\"%s\","
       "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
-      "\"cache_setting\":%lld,\"flush_ms\":%d,\"wal_open\":%s",
+      "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
+      "\"group_bytes\":%lld,\"group_ms\":%d,\"wal_open\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
       p->opts.sync==WALDIO_SYNC_PERSISTENT ? "persistent" : "auto",
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
-      pLog ? "true" : "false");
+      waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
+      p->opts.group_bytes, p->opts.group_ms, pLog ? "true" : "false");
   sqlite3_free(zVfs);
   if( z && pLog ){
     const dio_file *f = &pLog->file;
@@ -103,12 +109,14 @@ static char *stats_json(waldio_log *pLog){
       "\"flushes\":%llu,\"flushes_skipped\":%llu,\"timer_flushes\":%llu,"
       "\"prealloc_extends\":%llu,\"prealloc_bytes\":%llu,\"cache_hits\":%llu,"
       "\"cache_misses\":%llu,\"cache_invalidations\":%llu,\"disk_reads\":%llu,"
-      "\"bytes_read\":%llu,\"logical_truncates\":%llu}",
+      "\"bytes_read\":%llu,\"logical_truncates\":%llu,\"group_commits\":%llu,"
+      "\"group_writes\":%llu,\"group_waits\":%llu}",
       s.frames_written, s.page_overwrites, s.header_rewrites, s.other_writes,
       s.block0_writes, s.log_writes, s.dsync_writes, s.bytes_written,
       s.flushes, s.flushes_skipped, s.timer_flushes, s.prealloc_extends,
       s.prealloc_bytes, s.cache_hits, s.cache_misses, s.cache_invalidations,
-      s.disk_reads, s.bytes_read, s.logical_truncates);
+      s.disk_reads, s.bytes_read, s.logical_truncates, s.group_commits,
+      s.group_writes, s.group_waits);
 }
 
 static int pragma_sync(waldio_db_file *p, char **az){
@@ -149,6 +157,45 @@ static int pragma_flush_ms(waldio_db_file *p, char **az){
   return answer(az, SQLITE_OK, sqlite3_mprintf("%d", p->opts.flush_ms));
 }
 
+/* waldio_group, waldio_group_bytes, waldio_group_ms: stored for this
+** connection and applied to the log (all connections of the process). */
+static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
+  waldio_options o = p->opts;
+  const char *zArg = az[2];
+  int rc;
+  if( zArg ){
+    int bad;
+    if( strcmp(zWhich, "")==0 ){
+      bad = waldio_parse_group(zArg, &o.group);
+    }else if( strcmp(zWhich, "_bytes")==0 ){
+      bad = waldio_parse_bytes(zArg, &o.group_bytes) || o.group_bytes<4096
+         || o.group_bytes>WALDIO_MAX_GROUP_BYTES;
+    }else{
+      bad = waldio_parse_ms(zArg, &o.group_ms);
+    }
+    if( bad ){
+      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_group%s=%s: expected"
+          " %s", zWhich, zArg, zWhich[0]==0 ? "off, async or durable"
+          : zWhich[1]=='b' ? "a size between 4K and 16M" : "milliseconds, 1..60000"));
+    }
+    if( p->pWal ){
+      rc = log_set_group(p->pWal->pLog, o.group, o.group_bytes, o.group_ms);
+      if( rc ){
+        char zMsg[512];
+        waldio_last_error(zMsg, sizeof(zMsg));
+        return answer(az, rc, sqlite3_mprintf("%s", zMsg));
+      }
+    }
+    p->opts = o;
+  }
+  if( zWhich[0]==0 ){
+    int mode = p->pWal ? log_group_mode(p->pWal->pLog) : o.group;
+    return answer(az, SQLITE_OK, sqlite3_mprintf("%s", waldio_group_name(mode)));
+  }
+  if( zWhich[1]=='b' ) return answer(az, SQLITE_OK, sqlite3_mprintf("%lld", o.group_bytes));
+  return answer(az, SQLITE_OK, sqlite3_mprintf("%d", o.group_ms));
+}
+
 int waldio_pragma(waldio_db_file *p, char **az){
   const char *zName = az[1];
   if( strncasecmp(zName, "waldio", 6)!=0 ) return SQLITE_NOTFOUND;
@@ -162,6 +209,10 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strcasecmp(zName, "waldio_sync")==0 ) return pragma_sync(p, az);
   if( strcasecmp(zName, "waldio_stats")==0 ) return pragma_stats(p, az);
   if( strcasecmp(zName, "waldio_flush_ms")==0 ) return pragma_flush_ms(p, az);
+  if( strcasecmp(zName, "waldio_group")==0 ) return pragma_group(p, az, "");
+  if( strcasecmp(zName, "waldio_group_bytes")==0 ) return pragma_group(p, az, "_bytes");
+  if( strcasecmp(zName, "waldio_group_ms")==0 ) return pragma_group(p, az, "_ms");
   return answer(az, SQLITE_ERROR, sqlite3_mprintf("unknown pragma %s; waldio's"
-      " pragmas are waldio, waldio_sync, waldio_stats and waldio_flush_ms", zName));
+      " pragmas are waldio, waldio_sync, waldio_stats, waldio_flush_ms,"
+      " waldio_group, waldio_group_bytes and waldio_group_ms", zName));
 }

@@ -21,6 +21,7 @@
 #include "errors.h"
 #include "options.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -159,6 +160,36 @@ int waldio_connection_setup(sqlite3 *db){ return connection_setup(db, 0, 0); }
 
 /* -------------------------------------------------------- registration */
 
+/* Every registered waldio VFS, so that process exit can write what group
+** commit still buffers (a C program may exit() without sqlite3_close()).
+** Besides the registered VFSes themselves, the only process-wide state. */
+static pthread_mutex_t g_vfsMutex = PTHREAD_MUTEX_INITIALIZER;
+static waldio_vfs *g_pVfsList;
+
+static void flush_at_exit(void){
+  waldio_vfs *v;
+  pthread_mutex_lock(&g_vfsMutex);
+  for(v=g_pVfsList; v; v=v->pNextVfs) log_registry_flush(&v->registry);
+  pthread_mutex_unlock(&g_vfsMutex);
+}
+
+static void remember_vfs(waldio_vfs *v){
+  pthread_mutex_lock(&g_vfsMutex);
+  if( !g_pVfsList ) atexit(flush_at_exit);
+  v->pNextVfs = g_pVfsList;
+  g_pVfsList = v;
+  pthread_mutex_unlock(&g_vfsMutex);
+}
+
+static void forget_vfs(waldio_vfs *v){
+  waldio_vfs **pp;
+  pthread_mutex_lock(&g_vfsMutex);
+  for(pp=&g_pVfsList; *pp; pp=&(*pp)->pNextVfs){
+    if( *pp==v ){ *pp = v->pNextVfs; break; }
+  }
+  pthread_mutex_unlock(&g_vfsMutex);
+}
+
 static int sync_level_default(void){
   static const char *az[] = { "DEFAULT_WAL_SYNCHRONOUS=0",
     "DEFAULT_WAL_SYNCHRONOUS=1", "DEFAULT_WAL_SYNCHRONOUS=2",
@@ -175,7 +206,10 @@ static int check_options(const waldio_options *o){
    || (o->sync!=WALDIO_SYNC_AUTO && o->sync!=WALDIO_SYNC_PERSISTENT)
    || o->io<WALDIO_IO_DIRECT || o->io>WALDIO_IO_BUFFERED
    || o->prealloc_bytes<WALDIO_MIN_PREALLOC || o->cache_bytes<0
-   || o->flush_ms<1 || o->flush_ms>WALDIO_MAX_FLUSH_MS ){
+   || o->flush_ms<1 || o->flush_ms>WALDIO_MAX_FLUSH_MS
+   || o->group<WALDIO_GROUP_OFF || o->group>WALDIO_GROUP_DURABLE
+   || o->group_bytes<4096 || o->group_bytes>WALDIO_MAX_GROUP_BYTES
+   || o->group_ms<1 || o->group_ms>WALDIO_MAX_FLUSH_MS ){
     return waldio_error(SQLITE_MISUSE, "waldio_register: an option is out of"
                         " range (see waldio.h)");
   }
@@ -239,6 +273,7 @@ int waldio_register(const char *zName, int makeDefault,
     free(v);
     return waldio_error(rc, "cannot register the VFS \"%s\"", zName);
   }
+  remember_vfs(v);
   return SQLITE_OK;
 }
 
@@ -257,6 +292,7 @@ int waldio_unregister(const char *zName){
   }
   pthread_mutex_unlock(&v->registry.mutex);
   sqlite3_vfs_unregister(p);
+  forget_vfs(v);
   free(v);
   return SQLITE_OK;
 }

@@ -24,6 +24,7 @@
 
 typedef struct waldio_vfs {
   sqlite3_vfs base;          /* base.pAppData points back here */
+  struct waldio_vfs *pNextVfs; /* every registered waldio VFS (atexit) */
   sqlite3_vfs *pLower;
   waldio_options opts;
   waldio_syscalls sys;
@@ -66,6 +67,10 @@ struct waldio_wal_file {
   u8 aPending[WAL_FRAME_HDR_BYTES];
   u32 lastReadFrame;         /* frame read whole by the previous call, or 0 */
   int wroteSinceBarrier;     /* frames written since the last publication */
+  u64 commitSeq;             /* group mode: the last commit appended, until
+                             ** COMMIT_PHASETWO has waited for it */
+  int inCommit;              /* group mode: between the commit frame and the
+                             ** commit's publication (its xSync is skipped) */
   int closeClean;            /* fully checkpointed at close: mark empty */
 };
 

@@ -78,6 +78,13 @@ static void write_policy(waldio_wal_file *p, int *pDsync, int *pArm){
   *pArm = !*pDsync && waldio_db_sync_level(p->pDb)==1;
 }
 
+/* What this connection's commit asks of the group write (log_group.h). */
+static int group_needs(waldio_wal_file *p){
+  int level = waldio_db_sync_level(p->pDb);
+  if( p->pDb->opts.sync==WALDIO_SYNC_PERSISTENT ) return GROUP_DSYNC;
+  return level>=2 ? GROUP_FLUSH : level==1 ? GROUP_ARM : 0;
+}
+
 static int tail_error(waldio_wal_file *p, u32 pgno){
   return waldio_error(SQLITE_IOERR_WRITE, "%s: page %u has non-zero bytes in"
       " its last 24 reserved bytes. Another extension (checksums, encryption)"
@@ -113,6 +120,7 @@ static int rmw_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
   u32 wlo, whi;
   int dsync, arm, rc;
   rc = ensure_scratch(p, &g);
+  if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);   /* G4: no stale copy left */
   if( rc==SQLITE_OK ) rc = log_read_slot(p->pLog, frame, shm_of(p), p->aSlot, &got);
   if( rc ) return rc;
   if( got<g.slot ) memset(p->aSlot + got, 0, g.slot - got);
@@ -182,7 +190,14 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   wf_logical_to_slot(g, slot, WAL_FRAME_HDR_BYTES, WAL_FRAME_HDR_BYTES + g->page, page);
   p->nBatch++;
   p->pendingFrame = 0;
-  return isCommit ? flush_batch(p) : SQLITE_OK;
+  if( !isCommit ) return SQLITE_OK;
+  if( log_group_mode(p->pLog)==WALDIO_GROUP_OFF ) return flush_batch(p);
+  /* Group commit: the transaction's frames join the log's group buffer. */
+  p->nBatch = 0;
+  rc = group_append(p->pLog, p->batchFirst, frame - p->batchFirst + 1, p->aBatch,
+                    group_needs(p), &p->commitSeq);
+  if( rc==SQLITE_OK ) p->inCommit = 1;
+  return rc;
 }
 
 /* Any write shape: split by frame, read-modify-write each piece. */
@@ -218,7 +233,9 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   rc = log_begin_write(p->pLog, shm_of(p));
   if( rc ) return rc;
   if( iOfst==0 && iAmt==WAL_HDR_BYTES ){
+    p->inCommit = 0;
     rc = waldio_wal_flush(p);
+    if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
     write_policy(p, &dsync, &arm);
     if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, dsync, arm);
     return rc;
@@ -291,6 +308,7 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
   int rc;
 
   p->lastReadFrame = 0;
+  p->inCommit = 0;
   rc = waldio_wal_flush(p);
   if( rc ) return rc;
   if( pos<WAL_HDR_BYTES ){
@@ -328,7 +346,13 @@ static int walSync(sqlite3_file *pFile, int flags){
   int rc;
   (void)flags;
   p->lastReadFrame = 0;
+  if( p->inCommit ){
+    /* A group commit's own sync: durability comes from the group write
+    ** (async: its deadline; durable: COMMIT_PHASETWO waits for it). */
+    return SQLITE_OK;
+  }
   rc = waldio_wal_flush(p);
+  if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
   return rc ? rc : log_sync(p->pLog);
 }
 
@@ -336,7 +360,9 @@ static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
   p->lastReadFrame = 0;
+  p->inCommit = 0;
   rc = waldio_wal_flush(p);
+  if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
   if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
   return rc ? rc : log_truncate(p->pLog, size);
 }
@@ -485,6 +511,11 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   sqlite3_free(zStockShm);
   if( rc ) return rc;
   rc = check_page_size(db, p->pLog);
+  if( rc==SQLITE_OK && db->opts.group!=WALDIO_GROUP_OFF ){
+    rc = log_set_group(p->pLog, db->opts.group, db->opts.group_bytes,
+                       db->opts.group_ms);
+    if( rc ) rc = SQLITE_CANTOPEN;
+  }
   if( rc ){
     log_release(&v->registry, p->pLog);
     return rc;

@@ -46,12 +46,23 @@
 #include <unistd.h>
 
 #define GROW_ROUND (1LL << 20)
+#define NEEDS_EXCLUSIVE 0x57455843   /* not an SQLite code: "retry under LOCK_EX" */
+#define LOCK_WAIT_MS 5000
 
 static i64 round_up64(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
 
 void log_registry_init(log_registry *r){
   pthread_mutex_init(&r->mutex, 0);
   r->pList = 0;
+}
+
+void log_registry_flush(log_registry *r){
+  waldio_log *p;
+  pthread_mutex_lock(&r->mutex);
+  for(p=r->pList; p; p=p->pNext){
+    if( group_write_all(p)==SQLITE_OK ) log_sync(p);
+  }
+  pthread_mutex_unlock(&r->mutex);
 }
 
 /* ---------------------------------------------------------------- block 0 */
@@ -156,7 +167,7 @@ static int relayout_empty(waldio_log *pLog, wal_superblock *sb, int layout){
 }
 
 static int use_existing(waldio_log *pLog, const waldio_options *o,
-                        wal_superblock *sb, i64 size){
+                        wal_superblock *sb, i64 size, int canWrite){
   int rc = SQLITE_OK;
   if( sb->format!=WALDIO_FORMAT ){
     return waldio_error(SQLITE_CANTOPEN, "%s: written by a waldio with log"
@@ -170,9 +181,12 @@ static int use_existing(waldio_log *pLog, const waldio_options *o,
         pLog->file.offAlign);
   }
   if( !pLog->file.readonly ){
-    if( !(sb->flags & SB_FLAG_HAS_HEADER) && sb->geo.layout!=(u32)o->layout ){
+    int relayout = !(sb->flags & SB_FLAG_HAS_HEADER) && sb->geo.layout!=(u32)o->layout;
+    int guard = !(sb->flags & SB_FLAG_GUARD);
+    if( (relayout || guard) && !canWrite ) return NEEDS_EXCLUSIVE;
+    if( relayout ){
       rc = relayout_empty(pLog, sb, o->layout);
-    }else if( !(sb->flags & SB_FLAG_GUARD) ){
+    }else if( guard ){
       sb->flags |= SB_FLAG_GUARD;          /* F4: in use from now on */
       rc = write_meta(pLog, sb, META_ADVISORY);
     }
@@ -182,10 +196,11 @@ static int use_existing(waldio_log *pLog, const waldio_options *o,
   return rc;
 }
 
-/* Inspect block 0 and bring the file into waldio format.
-** Returns SQLITE_OK, WALDIO_CONVERTED (reopen: the file was replaced) or an
-** error. Caller holds flock(LOCK_EX) unless read-only. */
-static int init_file(waldio_log *pLog, const waldio_options *o, int created){
+/* Inspect block 0 and bring the file into waldio format. Returns SQLITE_OK,
+** WALDIO_CONVERTED (reopen: the file was replaced), NEEDS_EXCLUSIVE (a write
+** is needed and !canWrite) or an error. canWrite: the caller holds LOCK_EX. */
+static int init_file(waldio_log *pLog, const waldio_options *o, int created,
+                     int canWrite){
   u8 aMeta[WALDIO_META_BYTES];
   wal_superblock sb;
   size_t got = 0;
@@ -200,7 +215,7 @@ static int init_file(waldio_log *pLog, const waldio_options *o, int created){
     rc = read_meta(pLog, aMeta, &got);
     if( rc ) return rc;
     d = wf_decode_block0(aMeta, &sb);
-    if( d>0 ) return use_existing(pLog, o, &sb, size);
+    if( d>0 ) return use_existing(pLog, o, &sb, size, canWrite);
     if( d<0 ){
       return waldio_error(SQLITE_CORRUPT, "%s: the waldio superblock is damaged;"
           " refusing to open a log that may hold committed transactions."
@@ -214,6 +229,7 @@ static int init_file(waldio_log *pLog, const waldio_options *o, int created){
               " read-write once (or checkpoint it with stock SQLite)",
               pLog->zPath);
         }
+        if( !canWrite ) return NEEDS_EXCLUSIVE;
         return wal_convert_standard(pLog->sys, pLog->zPath, &pLog->file, o);
       }
       if( version==WALDIO_GUARD_VERSION ){
@@ -229,7 +245,39 @@ static int init_file(waldio_log *pLog, const waldio_options *o, int created){
     return SQLITE_OK;
   }
   /* Empty, or nothing SQLite would recover either: start afresh. */
+  if( !canWrite ) return NEEDS_EXCLUSIVE;
   return format_fresh(pLog, o, created || size==0);
+}
+
+/* flock with a bounded wait: 0, or the errno that stopped it. */
+static int flock_wait(waldio_log *pLog, int op, int ms){
+  int waited = 0;
+  while( pLog->sys->xFlock(pLog->file.fd, op|LOCK_NB) ){
+    if( errno!=EWOULDBLOCK && errno!=EINTR ) return errno;
+    if( waited++>=ms ) return EWOULDBLOCK;
+    usleep(1000);
+  }
+  return 0;
+}
+
+/* L5: hold LOCK_SH; take LOCK_EX only while block 0 must be written. */
+static int init_locked(waldio_log *pLog, const waldio_options *o, int created){
+  int rc, err;
+  if( pLog->file.readonly ) return init_file(pLog, o, created, 0);
+  if( (err = flock_wait(pLog, LOCK_SH, LOCK_WAIT_MS))!=0 ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: another process uses this"
+        " database with waldio group commit, which needs it alone (%s);"
+        " close it there first", pLog->zPath, strerror(err));
+  }
+  rc = init_file(pLog, o, created, 0);
+  if( rc!=NEEDS_EXCLUSIVE ) return rc;
+  if( (err = flock_wait(pLog, LOCK_EX, LOCK_WAIT_MS))!=0 ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: cannot get exclusive use of the"
+        " log to initialize it (%s)", pLog->zPath, strerror(err));
+  }
+  rc = init_file(pLog, o, created, 1);
+  if( rc==SQLITE_OK ) pLog->sys->xFlock(pLog->file.fd, LOCK_SH);
+  return rc;
 }
 
 static void apply_owner(waldio_log *pLog, mode_t mode, uid_t uid, gid_t gid){
@@ -249,11 +297,15 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
   pLog->cacheBudget = o->cache_bytes;
   pLog->flushMs = o->flush_ms;
   pthread_mutex_init(&pLog->mutex, 0);
+  group_init(&pLog->group);
+  pLog->group.capBytes = o->group_bytes;
+  pLog->group.intervalMs = o->group_ms;
   return pLog;
 }
 
 static void log_free(waldio_log *pLog){
   dio_close(&pLog->file);
+  group_free(&pLog->group);
   frame_cache_free(&pLog->cache);
   pthread_mutex_destroy(&pLog->mutex);
   free(pLog->zPath);
@@ -290,11 +342,7 @@ static int open_once(log_registry *r, waldio_log *pLog, const waldio_options *o,
         " and stock SQLite cannot share a database at the same time",
         pLog->zPath, zStockShm);
   }
-  if( !pLog->file.readonly && pLog->sys->xFlock(pLog->file.fd, LOCK_EX) ){
-    return waldio_errno(SQLITE_CANTOPEN, errno, "cannot lock log", pLog->zPath);
-  }
-  rc = init_file(pLog, o, created);
-  if( !pLog->file.readonly ) pLog->sys->xFlock(pLog->file.fd, LOCK_UN);
+  rc = init_locked(pLog, o, created);
   if( rc ) return rc;
   pLog->nRef = 1;
   pLog->pNext = r->pList;
@@ -337,6 +385,7 @@ void log_release(log_registry *r, waldio_log *pLog){
   }
   pthread_mutex_unlock(&r->mutex);
   flusher_stop(pLog);
+  group_write_all(pLog);   /* G4: nothing buffered outlives the log */
   log_sync(pLog);          /* keep the flush bound even at close */
   log_free(pLog);
 }
@@ -375,9 +424,9 @@ static void drop_cache(waldio_log *pLog){
 }
 
 static int poisoned_error(waldio_log *pLog){
-  return waldio_error(SQLITE_IOERR, "%s: an earlier flush of this log failed;"
-      " no further writes are accepted until every connection closes it",
-      pLog->zPath);
+  return waldio_error(SQLITE_IOERR, "%s: an earlier write or flush of this log"
+      " failed; nothing more is read or written until every connection closes"
+      " it", pLog->zPath);
 }
 
 int log_begin_write(waldio_log *pLog, const volatile void *shm0){
@@ -417,6 +466,16 @@ int log_read_slot(waldio_log *pLog, u32 frame, const volatile void *shm0,
   int rc;
   pthread_mutex_lock(&pLog->mutex);
   g = pLog->sb.geo;
+  if( pLog->poisoned ){
+    pthread_mutex_unlock(&pLog->mutex);
+    return poisoned_error(pLog);
+  }
+  if( group_lookup(pLog, frame, out) ){       /* written by a commit, buffered */
+    pLog->stats.cache_hits++;
+    pthread_mutex_unlock(&pLog->mutex);
+    *pGot = g.slot;
+    return SQLITE_OK;
+  }
   if( !epoch_matches(pLog, shm0) ) drop_cache(pLog);
   p = frame_cache_get(&pLog->cache, frame);
   if( p ){
@@ -671,6 +730,38 @@ void log_reset_stats(waldio_log *pLog){
   pthread_mutex_lock(&pLog->mutex);
   memset(&pLog->stats, 0, sizeof(pLog->stats));
   pthread_mutex_unlock(&pLog->mutex);
+}
+
+int log_group_mode(waldio_log *pLog){
+  int mode;
+  pthread_mutex_lock(&pLog->mutex);
+  mode = pLog->group.mode;
+  pthread_mutex_unlock(&pLog->mutex);
+  return mode;
+}
+
+int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
+  int was = log_group_mode(pLog), rc = SQLITE_OK;
+  if( mode!=WALDIO_GROUP_OFF && was==WALDIO_GROUP_OFF && !pLog->file.readonly
+   && pLog->sys->xFlock(pLog->file.fd, LOCK_EX|LOCK_NB) ){
+    return waldio_error(SQLITE_BUSY, "%s: waldio_group=%s needs this process to"
+        " be the only one using the database (its group buffer is invisible to"
+        " other processes), and another process has it open",
+        pLog->zPath, waldio_group_name(mode));
+  }
+  if( mode==WALDIO_GROUP_OFF && was!=WALDIO_GROUP_OFF ){
+    rc = group_write_all(pLog);
+    if( rc==SQLITE_OK ) rc = log_sync(pLog);
+    if( rc==SQLITE_OK && !pLog->file.readonly ) pLog->sys->xFlock(pLog->file.fd, LOCK_SH);
+  }
+  if( rc==SQLITE_OK ){
+    pthread_mutex_lock(&pLog->mutex);
+    pLog->group.mode = mode;
+    pLog->group.capBytes = bytes;
+    pLog->group.intervalMs = ms;
+    pthread_mutex_unlock(&pLog->mutex);
+  }
+  return rc;
 }
 
 void log_set_flush_ms(waldio_log *pLog, int ms){

@@ -18,14 +18,20 @@
 **   L3  A cached slot is served only while the wal-index header equals the
 **       epoch recorded when this process last wrote or published: any
 **       other writer changes that header (see wal_log.c).
-**   L4  After a failed flush the log is poisoned: no further writes or
-**       flushes succeed until every connection closes it (no "fsyncgate").
+**   L4  After a failed flush or group write the log is poisoned: no further
+**       read, write or flush succeeds until every connection closes it (no
+**       "fsyncgate"; no checkpoint copies a frame whose write failed).
+**   L5  Each process holds flock(LOCK_SH) on the log while it has it open,
+**       LOCK_EX while it initializes or converts it, and keeps LOCK_EX while
+**       a group mode is on: group buffers are visible only inside one
+**       process, so group mode requires that process to be the only one.
 */
 #ifndef WALDIO_WAL_LOG_H
 #define WALDIO_WAL_LOG_H
 
 #include "dio_file.h"
 #include "frame_cache.h"
+#include "log_group.h"
 #include "syscalls.h"
 #include "wal_format.h"
 #include "waldio.h"
@@ -55,6 +61,9 @@ typedef struct waldio_stats {
   u64 disk_reads;
   u64 bytes_read;
   u64 logical_truncates;
+  u64 group_commits;       /* commits appended to the group buffer */
+  u64 group_writes;        /* group writes (each: one write, maybe a flush) */
+  u64 group_waits;         /* durable commits that waited for a group write */
 } waldio_stats;
 
 typedef struct waldio_log waldio_log;
@@ -90,9 +99,13 @@ struct waldio_log {
   int poisoned;            /* L4 */
   waldio_stats stats;
   log_flusher *pFlusher;
+  log_group group;         /* group commit state (log_group.h) */
 };
 
 void log_registry_init(log_registry *r);
+
+/* Write every group buffer of the registry's logs (process exit). */
+void log_registry_flush(log_registry *r);
 
 /* Open the log at zPath (creating and preallocating it, or converting a
 ** standard-format WAL) or share the one this process already has open.
@@ -160,5 +173,10 @@ int log_sync_from_flusher(waldio_log *pLog);
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);
+
+/* Switch group commit for every connection of this process on this log
+** (WALDIO_GROUP_*). Turning it on needs exclusive use of the log (L5). */
+int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms);
+int log_group_mode(waldio_log *pLog);
 
 #endif

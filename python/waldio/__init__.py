@@ -33,6 +33,9 @@ OPTION_NAMES = {
     "prealloc": "waldio_prealloc",
     "cache": "waldio_cache",
     "flush_ms": "waldio_flush_ms",
+    "group": "waldio_group",
+    "group_bytes": "waldio_group_bytes",
+    "group_ms": "waldio_group_ms",
 }
 
 _load_lock = threading.Lock()
@@ -106,7 +109,8 @@ def connect(path: str | os.PathLike[str], *, vfs: str = VFS_NAME,
 
     options: layout (embed|pad4k|pad8k), sync (auto|persistent),
     io (direct|auto|buffered), prealloc, cache (bytes, K/M/G suffixes),
-    flush_ms. The database's first statement raises WaldioError with
+    flush_ms, group (off|async|durable), group_bytes, group_ms.
+    The database's first statement raises WaldioError with
     libwaldio's explanation if the log cannot be opened.
     """
     import apsw

@@ -125,7 +125,7 @@ static void test_eio_on_flush(const char *zDb){
   g_fault.failSync = 0;
   /* After a failed flush nothing more is accepted (no "fsyncgate"). */
   CHECK_EQ(insert(db) & 0xff, SQLITE_IOERR);
-  last_error_mentions("earlier flush of this log failed");
+  last_error_mentions("earlier write or flush of this log failed");
   sqlite3_close(db);
   /* A new connection starts clean; the failed commit may or may not have
   ** reached the disk, everything before it did. */

@@ -6,6 +6,8 @@ ROLE is one of
   writer   run `transfers` (opts: seed, n) and exit normally
   crash    run `transfers`, printing "committed N" after each commit, then
            die without closing anything (os._exit): the log keeps its frames
+  forever  commit transfers until killed, printing "committed N T" after each
+           commit, T = time.monotonic_ns() when the commit returned
   reader   check snapshots (the transfer total is invariant) until the file
            opts["stop"] exists; print one JSON line {"reads", "bad", "max_seen"}
 Options may also carry "uri" (waldio URI options) and "stock": true.
@@ -32,6 +34,8 @@ def main() -> None:
     conn = sq.stock(db) if opts.get("stock") else sq.waldio(db, **opts.get("uri", {}))
     if opts.get("sync"):
         conn.execute("PRAGMA synchronous=%s" % opts["sync"])
+    for pragma in opts.get("pragmas", []):
+        conn.execute("PRAGMA %s" % pragma)
     if role == "writer":
         workloads.transfers(conn, opts.get("seed", 1), opts.get("n", 100))
         conn.close()
@@ -41,6 +45,10 @@ def main() -> None:
             workloads.transfers(conn, rng_seed * 100003 + i, 1)
             print("committed", i + 1, flush=True)
         os._exit(0)
+    elif role == "forever":
+        for i in range(10**9):
+            workloads.transfers(conn, 7 * 100003 + i, 1)
+            print("committed", i + 1, time.monotonic_ns(), flush=True)
     elif role == "reader":
         stop = Path(opts["stop"])
         reads = bad = max_seen = 0
