@@ -196,7 +196,10 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   p->nBatch = 0;
   rc = group_append(p->pLog, p->batchFirst, frame - p->batchFirst + 1, p->aBatch,
                     group_needs(p), &p->commitSeq);
-  if( rc==SQLITE_OK ) p->inCommit = 1;
+  if( rc==SQLITE_OK ){
+    p->inCommit = 1;
+    p->wroteSinceBarrier = 1;    /* its publication is this process's own */
+  }
   return rc;
 }
 

@@ -215,3 +215,17 @@ def test_bad_group_values(sqlite: Any, dbdir: Path) -> None:
     conn.close()
     with pytest.raises(SQLiteError):
         sqlite.waldio(dbdir / "h.db", group="maybe").execute("SELECT 1 FROM sqlite_master")
+
+
+@pytest.mark.parametrize("mode", ["off", "async", "durable"])
+def test_own_commits_keep_the_cache(sqlite: Any, dbdir: Path, mode: str) -> None:
+    """A process's own commits (grouped or not) must not invalidate its
+    frame cache: only another writer's do (wal_log.c, L3)."""
+    conn = sqlite.waldio(dbdir / "c.db", group=mode)
+    wl.setup(conn)
+    conn.execute("PRAGMA waldio_stats=reset")
+    wl.transfers(conn, 3, 100)
+    st = wl.stats(conn)
+    assert st["cache_invalidations"] == 0, st
+    assert st["disk_reads"] == 0, st
+    conn.close()
