@@ -68,6 +68,11 @@ def load() -> None:
     with _load_lock:
         if _loaded:
             return
+        if VFS_NAME in apsw.vfs_names():
+            # Another copy of the extension (a test fixture, an application)
+            # already registered waldio in this SQLite: use that one.
+            _loaded = True
+            return
         probe = apsw.Connection(":memory:")
         try:
             probe.enable_load_extension(True)

@@ -1,0 +1,439 @@
+"""``waldio bench`` and ``waldio report``: argparse registration and printing.
+
+The engine is :mod:`waldio.bench` (no printing there); tables and plots are
+built by :mod:`waldio.report`, which this module reuses so that a saved JSON
+file prints exactly like the run that made it.  docs/bench.md documents every
+option.
+
+Exit status of ``waldio bench``: 0 when every repetition of every mode passed
+its correctness checks, 1 when any failed (the failing checks are printed),
+2 for a usage error (argparse names the option and the accepted values),
+3 when the run could not start (e.g. O_DIRECT unsupported in --dir).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Callable, Dict, List
+
+from . import bench as B
+
+EXAMPLES = """\
+examples:
+  waldio bench
+      the quick default: mobibench-2015 preset (1,000 autocommit 100-byte inserts per
+      repetition) in wal-full, wal-normal, waldio-full, waldio-normal, waldio-persistent
+      and raw-dio, 5 repetitions after 1 warm-up, on a fresh loop-mounted ext4 (as root)
+  waldio bench --repetitions 3 --json quick.json
+  waldio bench --preset apsys17 --modes wal-full,waldio-full --repetitions 1
+  waldio bench --modes all-stock,all-waldio --transactions 200 --dir /var/tmp
+  waldio bench --modes wal-full,waldio-full:pad4k,waldio-full:pad8k,waldio-full:embed
+      the WALDIO paper's Fig. 13 (log layouts) in one run
+  waldio bench --modes wal-full,wal-full@system,waldio-full@system
+      the same modes on apsw's SQLite and on the system libsqlite3
+  waldio bench --workload mixed --mix insert=50,update=30,delete=10,select=10 \\
+      --ops-per-txn 4 --prepopulate 100000 --key-order random --seed 7
+  waldio bench --regime reused --timed none --fs ext4-fastcommit
+  waldio bench --threads 4 --db-per-thread --think-ms 2
+  waldio bench --modes wal-full,waldio-full,waldio-full-async,waldio-persistent-async,\
+waldio-normal-async --threads 4
+      the WALDIO paper's Table 2 rows with and without Group Synch
+  waldio report quick.json --out plots/
+
+modes: NAME[:LAYOUT][@BUILD], comma separated; shortcuts quick, all-stock, all-waldio,
+all-raw, all.  Stock NAMEs are <journal>-<sync> with journal in delete, truncate,
+persist, wal, memory, off and sync in off, normal, full.  waldio NAMEs are waldio-full,
+waldio-persistent, waldio-normal, each also with -async or -durable (group commit).
+"""
+
+
+# --------------------------------------------------------------------------
+# argument types (each error names what is accepted)
+# --------------------------------------------------------------------------
+
+def _int_at_least(lo: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}")
+        if v < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
+        return v
+    parse.__name__ = f"integer >= {lo}"
+    return parse
+
+
+def _int_any(text: str) -> int:
+    try:
+        return int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
+
+
+def _float_at_least_zero(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    if v < 0 or v != v:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return v
+
+
+def _modes(text: str) -> str:
+    try:
+        B.parse_modes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    return text
+
+
+def _mode_name(text: str) -> str:
+    try:
+        specs = B.parse_modes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+    if len(specs) != 1:
+        raise argparse.ArgumentTypeError(f"expected one mode, got {text!r}")
+    return text
+
+
+def _workload(text: str) -> List[str]:
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in B.WORKLOADS]
+    if not words or bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown workload {', '.join(map(repr, bad)) or repr(text)} (accepted: "
+            f"{', '.join(B.WORKLOADS)}, or a comma list of them, run one after the other)")
+    return words
+
+
+def _mix(text: str) -> Dict[str, float]:
+    out: Dict[str, float] = {}
+    for part in text.split(","):
+        k, eq, v = part.strip().partition("=")
+        if not eq or k not in B.OPERATIONS:
+            raise argparse.ArgumentTypeError(
+                f"expected OP=WEIGHT pairs with OP in {', '.join(B.OPERATIONS)}, got {part!r}")
+        try:
+            w = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"weight of {k} is not a number: {v!r}")
+        if w < 0:
+            raise argparse.ArgumentTypeError(f"weight of {k} is negative")
+        out[k] = w
+    if sum(out.values()) <= 0:
+        raise argparse.ArgumentTypeError("at least one weight must be positive")
+    return out
+
+
+def _timed(text: str) -> List[str]:
+    if text.strip().lower() in ("none", ""):
+        return []
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    bad = [w for w in words if w not in B.TIMED_PARTS]
+    if bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown part {', '.join(map(repr, bad))} (accepted: a comma list of "
+            f"{', '.join(B.TIMED_PARTS)}, or none)")
+    return list(dict.fromkeys(words))
+
+
+# --------------------------------------------------------------------------
+# registration
+# --------------------------------------------------------------------------
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    from . import fsimage
+    p = subparsers.add_parser(
+        "bench", help="run SQLite journal modes and waldio modes side by side",
+        description="Run a Mobibench-style SQLite workload in every chosen mode (stock journal "
+                    "modes, waldio modes, raw system-call ceilings), interleaved, with "
+                    "repetitions, and print every parameter read back from SQLite and the "
+                    "system with the results.  docs/bench.md explains every option and column.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    g = p.add_argument_group("what to compare")
+    g.add_argument("--modes", type=_modes, metavar="LIST",
+                   help="modes to run, in this order, each round (default: the preset's own "
+                        "mode, if any, then " + ",".join(B.QUICK_MODES) + ")")
+    g.add_argument("--baseline", type=_mode_name, metavar="MODE",
+                   help="ratios are computed against this mode, round by round "
+                        "(default: wal-full if run, else the first mode)")
+    g.add_argument("--ceiling", type=_mode_name, metavar="MODE", default="raw-dio",
+                   help="'%% of ceiling' column against this mode when it runs (default raw-dio)")
+    g.add_argument("--sqlite", choices=B.SQLITE_BUILDS, default="apsw",
+                   help="SQLite build for modes without @BUILD: apsw's bundled SQLite or the "
+                        "system libsqlite3 via ctypes (default apsw)")
+    g.add_argument("--layout", choices=B.LAYOUTS, default="embed",
+                   help="waldio log layout for modes without :LAYOUT (default embed)")
+
+    g = p.add_argument_group("workload")
+    g.add_argument("--preset", choices=list(B.PRESETS), default="mobibench-2015",
+                   help="starting point for every workload option (default mobibench-2015); "
+                        + "; ".join(f"{k}: {v.summary}" for k, v in B.PRESETS.items()))
+    g.add_argument("--workload", type=_workload, metavar="OPS", dest="phases",
+                   help="insert, update, delete, select or mixed; a comma list runs phases one "
+                        "after the other (apsys17 = insert,update,delete)")
+    g.add_argument("--mix", type=_mix, metavar="OP=W,...",
+                   help="weights of the mixed workload (default insert=50,update=30,delete=10,"
+                        "select=10)")
+    g.add_argument("--transactions", type=_int_at_least(1), metavar="N",
+                   help="transactions per phase, all threads together")
+    g.add_argument("--ops-per-txn", type=_int_at_least(1), metavar="N",
+                   help="operations per transaction (each touches every table)")
+    g.add_argument("--record-size", type=_int_at_least(0), metavar="BYTES",
+                   help="bytes of the Value column (Mobibench's repeating a..j pattern)")
+    g.add_argument("--prepopulate", type=_int_at_least(0), metavar="ROWS",
+                   help="rows per table before the run (default: the preset's rule)")
+    g.add_argument("--tables", type=_int_at_least(1), metavar="N", help="tables per database")
+    g.add_argument("--schema", choices=B.SCHEMAS,
+                   help="id INTEGER PRIMARY KEY AUTOINCREMENT or plain rowid key")
+    g.add_argument("--insert-ids", choices=B.INSERT_IDS,
+                   help="auto: INSERT without id (SQLite picks it); explicit: the harness does")
+    g.add_argument("--txn", choices=B.TXN_STYLES,
+                   help="autocommit (one statement), begin (BEGIN..COMMIT), begin-immediate; "
+                        "auto = autocommit for one statement, else begin")
+    g.add_argument("--key-order", choices=B.KEY_ORDERS,
+                   help="keys for update/delete/select (and insert ids): seq or random")
+    g.add_argument("--seed", type=_int_any, metavar="N", help="seed of every random choice (default 1)")
+    g.add_argument("--threads", type=_int_at_least(1), metavar="N",
+                   help="threads, one connection each (default 1)")
+    sh = g.add_mutually_exclusive_group()
+    sh.add_argument("--shared-db", dest="shared_db", action="store_true", default=None,
+                    help="all threads use one database (default)")
+    sh.add_argument("--db-per-thread", dest="shared_db", action="store_false",
+                    help="each thread has its own database, as Mobibench -t does")
+    g.add_argument("--think-ms", type=_float_at_least_zero, metavar="MS",
+                   help="sleep between transactions (inside the wall time, outside latencies)")
+
+    g = p.add_argument_group("log regime and timed region")
+    g.add_argument("--regime", choices=B.REGIMES,
+                   help="growing: fresh WAL; reused: WAL pre-sized and checkpoint-restarted "
+                        "before timing; open-close: open, commit, close per transaction "
+                        "(default growing)")
+    g.add_argument("--timed", type=_timed, metavar="PARTS",
+                   help="what besides the transactions is timed: comma list of open, "
+                        "checkpoint, close, or none (mobibench presets: checkpoint, as "
+                        "Mobibench; apsys17: none)")
+    g.add_argument("--checkpoint-mode", choices=B.CHECKPOINT_MODES,
+                   help="checkpoint run when 'checkpoint' is timed (default passive, as "
+                        "sqlite3_wal_checkpoint)")
+
+    g = p.add_argument_group("SQLite settings (read back and printed in any case)")
+    g.add_argument("--page-size", type=int, choices=B.PAGE_SIZES, metavar="BYTES",
+                   help="page size of the new database (presets: 4096)")
+    g.add_argument("--cache-size", type=_int_any, metavar="N", help="PRAGMA cache_size")
+    g.add_argument("--mmap-size", type=_int_at_least(0), metavar="BYTES", help="PRAGMA mmap_size")
+    g.add_argument("--locking-mode", choices=B.LOCKING_MODES, help="PRAGMA locking_mode")
+    g.add_argument("--wal-autocheckpoint", type=_int_any, metavar="PAGES",
+                   help="PRAGMA wal_autocheckpoint")
+    g.add_argument("--journal-size-limit", type=_int_any, metavar="BYTES",
+                   help="PRAGMA journal_size_limit")
+    g.add_argument("--stock-reserve", type=_int_at_least(0), metavar="BYTES",
+                   help="reserved bytes per page for stock modes' databases (default 0; 24 "
+                        "makes their B-trees identical to waldio's)")
+    g.add_argument("--flush-ms", type=_int_at_least(1), metavar="MS",
+                   help="waldio_flush_ms of waldio-normal (libwaldio default 100)")
+    g.add_argument("--prealloc", metavar="BYTES",
+                   help="waldio_prealloc, e.g. 4M (libwaldio default 4 MiB); also raw-dio's ring")
+    g.add_argument("--group-ms", type=_int_at_least(1), metavar="MS",
+                   help="waldio_group_ms of the group modes (libwaldio default 2)")
+    g.add_argument("--group-bytes", metavar="BYTES",
+                   help="waldio_group_bytes of the group modes, 4K..16M (libwaldio default 16K)")
+
+    g = p.add_argument_group("where")
+    g.add_argument("--fs", choices=fsimage.KINDS,
+                   help="make a fresh loop file system of this kind (default ext4 when root "
+                        "and loop devices are available)")
+    g.add_argument("--fs-size", type=_int_at_least(16), metavar="MIB",
+                   help="size of the loop image (sparse; default from the workload, >= 256)")
+    g.add_argument("--dir", metavar="DIR",
+                   help="run in a private sub-directory of DIR instead of a loop file system")
+
+    g = p.add_argument_group("statistics")
+    g.add_argument("--repetitions", type=_int_at_least(1), metavar="N",
+                   help="measured rounds (default 5)")
+    g.add_argument("--warmup", type=_int_at_least(0), metavar="N",
+                   help="warm-up rounds, run and stored but excluded (default 1)")
+    g.add_argument("--max-latency-samples", type=_int_at_least(1), metavar="N",
+                   help="per repetition, keep at most N latencies (reservoir; percentiles "
+                        "use all of them); default 100000")
+
+    g = p.add_argument_group("output")
+    g.add_argument("--json", metavar="FILE", help="write the full result (schema: "
+                                                   "waldio/schemas/bench.schema.json)")
+    g.add_argument("--plain", action="store_true", help="plain-text tables, no progress bar")
+    g.add_argument("--quiet", action="store_true",
+                   help="print only the results table and failures")
+    p.set_defaults(func=run_bench, _parser=p)
+
+    r = subparsers.add_parser(
+        "report", help="tables and plots from waldio bench JSON files",
+        description="Print the tables of one or more `waldio bench --json` files and draw "
+                    "plots (PNG and SVG): ops/s per mode with min-max whiskers, device bytes "
+                    "per transaction (stacked), latency CDF per mode.",
+        epilog="example:\n  waldio report a.json b.json --out plots/",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    r.add_argument("files", nargs="+", metavar="FILE.json")
+    r.add_argument("--out", metavar="DIR", help="write plots here (default: no plots)")
+    r.add_argument("--format", default="png,svg", metavar="LIST",
+                   help="plot formats, comma list of png, svg, pdf (default png,svg)")
+    r.add_argument("--plain", action="store_true", help="plain-text tables")
+    r.add_argument("--params", action="store_true", help="also print the full parameter header")
+    r.set_defaults(func=run_report, _parser=r)
+
+
+# --------------------------------------------------------------------------
+# bench
+# --------------------------------------------------------------------------
+
+_SETTING_ARGS = ("phases", "mix", "transactions", "ops_per_txn", "record_size", "prepopulate",
+                 "tables", "schema", "insert_ids", "txn", "key_order", "seed", "threads",
+                 "shared_db", "think_ms", "regime", "timed", "checkpoint_mode", "repetitions",
+                 "warmup", "page_size", "cache_size", "mmap_size", "locking_mode",
+                 "wal_autocheckpoint", "journal_size_limit", "stock_reserve", "flush_ms",
+                 "prealloc", "group_ms", "group_bytes", "max_latency_samples")
+
+
+def _settings_from_args(args: argparse.Namespace) -> B.Settings:
+    overrides = {k: getattr(args, k) for k in _SETTING_ARGS}
+    overrides["layout"] = args.layout
+    overrides["sqlite"] = args.sqlite
+    overrides["ceiling"] = args.ceiling
+    if args.prealloc is not None:
+        try:
+            B._parse_size(args.prealloc)
+        except ValueError:
+            raise ValueError(f"--prealloc: expected bytes with an optional K/M/G suffix, "
+                             f"got {args.prealloc!r}")
+    return B.resolve_settings(args.preset, overrides)
+
+
+def _mode_list(args: argparse.Namespace) -> List[B.ModeSpec]:
+    if args.modes:
+        return B.parse_modes(args.modes, args.layout, args.sqlite)
+    names = list(B.PRESETS[args.preset].native_modes) if args.preset else []
+    names += [m for m in B.QUICK_MODES if m not in names]
+    return B.parse_modes(",".join(names), args.layout, args.sqlite)
+
+
+def run_bench(args: argparse.Namespace) -> int:
+    from . import report as R
+    parser: argparse.ArgumentParser = args._parser
+    if args.dir is not None and args.fs is not None:
+        parser.error("--dir and --fs exclude each other: --dir runs in an existing directory, "
+                     "--fs makes a fresh loop file system")
+    try:
+        settings = _settings_from_args(args)
+        modes = _mode_list(args)
+    except ValueError as e:
+        parser.error(str(e))
+    labels = [m.label for m in modes]
+    if args.baseline is not None:
+        base = B.parse_modes(args.baseline, args.layout, args.sqlite)[0].label
+        if base not in labels:
+            parser.error(f"--baseline {args.baseline}: not among the modes run "
+                         f"({', '.join(labels)}); add it to --modes")
+        settings.baseline = base
+    elif "wal-full" not in labels:
+        settings.notes.append(f"baseline is {labels[0]} (wal-full is not among the modes)")
+    try:
+        runner = B.Bench(settings, modes)
+    except B.BenchError as e:
+        parser.error(str(e))
+
+    plain = args.plain or not sys.stdout.isatty()
+    out = R.Printer(plain=plain)
+    err = R.Printer(plain=args.plain or not sys.stderr.isatty(), stream=sys.stderr)
+    t0 = time.perf_counter()
+    rounds = settings.warmup + settings.repetitions
+    if not args.quiet:
+        pre = B.PRESETS.get(settings.preset or "")
+        out.line(f"waldio bench: preset {settings.preset or '(none)'}"
+                 + (f" ({pre.summary})" if pre else ""))
+        out.line(f"modes (order of every round): {', '.join(labels)}; "
+                 f"{settings.warmup} warm-up + {settings.repetitions} measured rounds")
+    size = args.fs_size or B.default_fs_size_mib(settings)
+    try:
+        with B.open_target(args.fs, args.dir, size, runner.need_odirect()) as target:
+            if not args.quiet:
+                out.line(target.note)
+                out.line("before every repetition: os.sync() and an fsync of the directory, "
+                         "so earlier runs' dirty data is not written inside this one; the page "
+                         "cache is not dropped")
+                out.line("")
+            with R.progress_reporter(err, enabled=not args.quiet,
+                                     total=rounds * len(modes)) as progress:
+                runner.progress = progress
+                doc = runner.run(target)
+    except B.BenchError as e:
+        print(f"waldio bench: error: {e}", file=sys.stderr)
+        return 3
+    wall = time.perf_counter() - t0
+    doc["tool"]["wall_s"] = round(wall, 3)
+    problems = R.validate(doc)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    if not args.quiet:
+        R.print_header(out, doc)
+    R.print_results(out, doc, notes=not args.quiet)
+    R.print_failures(out, doc)
+    for p in problems:
+        print(f"waldio bench: internal error: result does not match its schema: {p}",
+              file=sys.stderr)
+    if not args.quiet:
+        out.line(f"total wall time: {wall:.1f} s" + (f"; JSON: {args.json}" if args.json else ""))
+    if problems:
+        return 3
+    return 0 if doc["ok"] else 1
+
+
+# --------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------
+
+def run_report(args: argparse.Namespace) -> int:
+    from . import report as R
+    parser: argparse.ArgumentParser = args._parser
+    formats = [f.strip() for f in args.format.split(",") if f.strip()]
+    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
+    if bad or not formats:
+        parser.error(f"--format: unknown format {', '.join(bad) or args.format!r} "
+                     f"(accepted: png, svg, pdf)")
+    docs = []
+    for path in args.files:
+        try:
+            docs.append((path, R.load(path)))
+        except (OSError, ValueError) as e:
+            parser.error(f"{path}: {e}")
+    plain = args.plain or not sys.stdout.isatty()
+    out = R.Printer(plain=plain)
+    status = 0
+    for path, doc in docs:
+        out.line(f"== {path} ==")
+        if args.params:
+            R.print_header(out, doc)
+        else:
+            R.print_brief_header(out, doc)
+        R.print_results(out, doc, notes=True)
+        R.print_failures(out, doc)
+        if not doc.get("ok", False):
+            status = 1
+        out.line("")
+    if args.out:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("waldio report: error: plots need matplotlib (pip install 'waldio[plot]')",
+                  file=sys.stderr)
+            return 3
+        written = R.plot_all(docs, args.out, formats)
+        for w in written:
+            out.line(f"wrote {w}")
+    return status

@@ -1,0 +1,647 @@
+"""Tables and plots of ``waldio bench`` results (``waldio report``, and the bench's own output).
+
+Everything here reads the result document (the JSON ``waldio bench --json``
+writes; schema in ``schemas/bench.schema.json``), so a saved file prints
+exactly like the run that produced it.  Nothing is computed that the document
+does not hold, except formatting and, for the stacked bytes plot, the
+difference "total window minus timed window".
+
+Plots (matplotlib, Agg backend, PNG and SVG):
+
+* ``<stem>-ops``: ops/s per mode, bar = median, whiskers = min and max over
+  the measured repetitions; several files side by side.
+* ``<stem>-bytes``: device bytes per transaction, stacked: written inside the
+  timed region, and written after it (untimed close, deferred write-back
+  forced by the final ``os.sync()``); when repetitions carry trace classes
+  (``io.classes``, from a block trace) those are stacked instead.
+* ``<stem>-latency``: CDF of per-transaction latency per mode (all samples
+  kept of the measured repetitions), log-scaled time axis.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO, Tuple
+
+from . import params as _params
+
+SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "bench.schema.json"
+
+# keys shown per mode in the settings table (read back), removed from the header
+_PER_MODE_SQLITE = ("vfs", "journal_mode", "synchronous", "page_size", "reserve_bytes",
+                    "cache_size", "mmap_size", "locking_mode", "wal_autocheckpoint",
+                    "journal_size_limit")
+_HEADER_UNSET = ("cache_size", "mmap_size", "locking_mode", "wal_autocheckpoint",
+                 "journal_size_limit", "flush_ms", "prealloc", "group_ms", "group_bytes")
+
+
+# --------------------------------------------------------------------------
+# loading and validation
+# --------------------------------------------------------------------------
+
+def schema() -> Dict[str, Any]:
+    with open(SCHEMA_PATH, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def validate(doc: Dict[str, Any]) -> List[str]:
+    """Schema violations of ``doc`` (empty when valid or jsonschema is missing)."""
+    try:
+        import jsonschema
+    except ImportError:
+        return []
+    validator = jsonschema.Draft202012Validator(schema())
+    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+            for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))][:20]
+
+
+def load(path: str) -> Dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        try:
+            doc = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"not JSON: {e}") from None
+    if not isinstance(doc, dict) or "schema_version" not in doc:
+        raise ValueError("not a waldio bench result (no schema_version)")
+    want = schema()["properties"]["schema_version"]["const"]
+    if doc["schema_version"] != want:
+        raise ValueError(f"schema_version {doc['schema_version']} (this waldio reads {want})")
+    problems = validate(doc)
+    if problems:
+        raise ValueError("does not match the bench schema: " + "; ".join(problems[:5]))
+    return doc
+
+
+# --------------------------------------------------------------------------
+# printing
+# --------------------------------------------------------------------------
+
+class Printer:
+    """rich tables on a terminal, plain aligned text otherwise."""
+
+    def __init__(self, plain: bool, stream: Optional[TextIO] = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.console = None
+        if not plain:
+            try:
+                from rich.console import Console
+                self.console = Console(file=stream, highlight=False, soft_wrap=True)
+            except ImportError:
+                self.console = None
+
+    def line(self, text: str = "") -> None:
+        if self.console is not None:
+            self.console.print(text, markup=False)
+        else:
+            print(text, file=self.stream)
+        self.stream.flush()
+
+    def table(self, title: str, columns: List[str], rows: List[List[str]],
+              align: Optional[List[str]] = None) -> None:
+        align = align or ["l"] + ["r"] * (len(columns) - 1)
+        if self.console is not None:
+            from rich import box
+            from rich.table import Table
+            t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
+                      show_edge=False, pad_edge=False)
+            for c, a in zip(columns, align):
+                t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
+            for r in rows:
+                t.add_row(*r)
+            self.console.print(t)
+            return
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+
+        def fmt(cells: List[str]) -> str:
+            return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                             for c, w, a in zip(cells, widths, align)).rstrip()
+        if title:
+            print(title, file=self.stream)
+        print(fmt(columns), file=self.stream)
+        print("  ".join("-" * w for w in widths), file=self.stream)
+        for r in rows:
+            print(fmt(r), file=self.stream)
+        print(file=self.stream)
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def progress_reporter(printer: Printer, enabled: bool, total: int
+                      ) -> Iterator[Callable[[Dict[str, Any]], None]]:
+    """A progress callback for Bench: a rich bar on a terminal, else one line per run.
+
+    The bar is refreshed only between repetitions (auto_refresh off), so no
+    drawing thread competes with a timed region.
+    """
+    if not enabled:
+        yield lambda ev: None
+        return
+    if printer.console is not None:
+        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn,
+                                   TimeElapsedColumn)
+        prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=printer.console, auto_refresh=False,
+                        transient=True)
+        task = prog.add_task("starting", total=total)
+
+        def cb(ev: Dict[str, Any]) -> None:
+            what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
+            if ev["event"] == "start":
+                prog.update(task, description=f"{ev['mode']:<22} {what}")
+            else:
+                prog.update(task, advance=1)
+            prog.refresh()
+        with prog:
+            yield cb
+        return
+
+    def line(ev: Dict[str, Any]) -> None:
+        if ev["event"] != "done":
+            return
+        what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
+        res = f"{ev['ops_per_s']:,.0f} ops/s" if ev.get("ops_per_s") else "no result"
+        state = "ok" if ev["ok"] else f"FAILED {ev.get('error') or 'checks'}"
+        print(f"[{ev['step']}/{ev['total']}] {ev['mode']} {what}: {res} ({state})",
+              file=printer.stream, flush=True)
+    yield line
+
+
+def _num(v: Optional[float], digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def _ops(v: Optional[float]) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if v >= 100 else f"{v:,.1f}"
+
+
+def _ms(ns: Optional[float]) -> str:
+    if ns is None:
+        return "-"
+    ms = ns / 1e6
+    if ms >= 100:
+        return f"{ms:,.0f}"
+    if ms >= 10:
+        return f"{ms:.1f}"
+    if ms >= 1:
+        return f"{ms:.2f}"
+    return f"{ms:.3f}"
+
+
+def _med(s: Optional[Dict[str, Any]]) -> Optional[float]:
+    return None if not s else s.get("median")
+
+
+def _ratio(r: Optional[Dict[str, Any]], percent: bool = False) -> str:
+    if not r or r.get("median") is None:
+        return "-"
+    if percent:
+        return f"{100 * r['median']:.0f}% ({100 * r['min']:.0f}-{100 * r['max']:.0f})"
+    return f"{r['median']:.2f} ({r['min']:.2f}-{r['max']:.2f})"
+
+
+def primary_device(doc: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    devs = doc["params"]["bench"].get("devices") or []
+    return devs[0] if devs else None
+
+
+def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]], List[str]]:
+    bench = doc["params"]["bench"]
+    base = doc["ratios"]["baseline"]
+    ceil = doc.get("ceiling", {}).get("mode")
+    dev = primary_device(doc)
+    devname = dev["name"] if dev else "device"
+    cols = ["mode", "ops/s", "min-max", "CoV", f"x {base}"]
+    if ceil:
+        cols.append(f"of {ceil}")
+    cols += ["p50 ms", "p99 ms", "max ms", f"{devname} KB/txn", "in timed",
+             "flush/txn", "proc KB/txn", "log syncs/txn", "check"]
+    rows = []
+    for m in doc["modes"]:
+        s = m["summary"] or {}
+        ops = s.get("ops_per_s")
+        lat = s.get("latency_ns") or {}
+        pt = s.get("per_txn") or {}
+        nfail = sum(1 for r in m["repetitions"] if not r["ok"])
+        check = "ok" if nfail == 0 and m["repetitions"] else \
+            f"FAIL {nfail}/{len(m['repetitions'])}"
+        row = [m["label"] + (" *" if m["label"] == base else ""),
+               _ops(_med(ops)),
+               f"{_ops(ops['min'])}-{_ops(ops['max'])}" if ops else "-",
+               f"{100 * ops['cov']:.1f}%" if ops and ops.get("cov") is not None else "-",
+               _ratio(doc["ratios"]["modes"].get(m["label"]))]
+        if ceil:
+            row.append(_ratio(doc["ceiling"]["modes"].get(m["label"]), percent=True))
+
+        def kb(key: str) -> str:
+            v = _med(pt.get(key))
+            return "-" if v is None else f"{v / 1024:.1f}"
+        fl = _med(pt.get("device_flushes"))
+        ls = _med(pt.get("log_syncs"))
+        row += [_ms(lat.get("p50_ns")), _ms(lat.get("p99_ns")), _ms(lat.get("max_ns")),
+                kb("device_write_bytes"), kb("device_write_bytes_timed"),
+                "-" if fl is None else f"{fl:.2f}",
+                kb("process_write_bytes"),
+                "n/a" if m["kind"] != "waldio" else ("-" if ls is None else f"{ls:.2f}"),
+                check]
+        rows.append(row)
+    n = bench["repetitions"]
+    title = (f"results: {bench.get('preset') or 'custom'} workload, {n} measured repetition"
+             f"{'s' if n != 1 else ''} per mode (medians)")
+    notes = result_notes(doc)
+    return title, cols, rows, notes
+
+
+def result_notes(doc: Dict[str, Any]) -> List[str]:
+    b = doc["params"]["bench"]
+    tgt = doc["params"]["target"]
+    dev = primary_device(doc)
+    ckpt = f"checkpoint({b['checkpoint_mode'].upper()})"
+    timed = ", ".join(ckpt if p == "checkpoint" else p for p in b["timed_region"])
+    untimed = ", ".join(b["not_timed"]) or "nothing"
+    notes = [
+        f"ops/s = transactions / wall time of the timed region [{timed}]; not timed: {untimed}. "
+        f"Median over {b['repetitions']} measured repetition{'s' if b['repetitions'] != 1 else ''}"
+        f" after {b['warmup']} warm-up round{'s' if b['warmup'] != 1 else ''}, "
+        f"modes interleaved round by round; min-max and CoV (stdev/mean) over repetitions.",
+        f"x {doc['ratios']['baseline']} (baseline, marked *): ratio of ops/s in the same round, "
+        f"median (min-max) over rounds."
+        + (f" 'of {doc['ceiling']['mode']}': the same against the raw system-call ceiling."
+           if doc.get("ceiling", {}).get("mode") else ""),
+        "p50/p99/max ms: per-transaction latency (perf_counter_ns), pooled over measured "
+        "repetitions" + ("; includes open and close (open-close regime)"
+                         if b["regime"] == "open-close" else "") + ".",
+    ]
+    if dev:
+        shared = ("it carries only this benchmark's file system (its journal included)"
+                  if dev["kind"] == "loop" else
+                  "it is shared with the rest of the system, so other processes' writes "
+                  "are counted too")
+        notes.append(
+            f"{dev['name']} KB/txn: bytes written to /dev/{dev['name']} ({dev['kind']}) per "
+            f"transaction (/sys/class/block/{dev['name']}/stat, field 7), from just before the "
+            f"timed region to after the untimed close and a final os.sync(); 'in timed': "
+            f"inside the timed region only; flush/txn: flush requests (field 16) in the "
+            f"same total window. Device counters include any other I/O on the device: {shared}.")
+    notes.append("proc KB/txn: /proc/self/io write_bytes in the total window: bytes this "
+                 "process caused to be written, charged when a page-cache folio is dirtied "
+                 "(the whole folio, which can be far larger than the write on kernels with "
+                 "large folios) or when direct I/O is issued; an upper-bound estimate, the "
+                 "device column is what reached the disk.")
+    notes.append("log syncs/txn: waldio modes only (PRAGMA waldio_stats: log fdatasyncs + "
+                 "O_DSYNC writes, timed region); stock modes issue syncs SQLite does not count "
+                 "(n/a): compare flush/txn.")
+    notes.append("check: rows changed, rows left, sum of keys, rows holding the update value, "
+                 "PRAGMA integrity_check, journal_mode/synchronous (and waldio sync/group/layout) read "
+                 "back on a new connection after every repetition; raw modes: stamps read back.")
+    notes.append(f"regime {b['regime']}" + (
+        f": {b.get('reused_procedure')}" if b["regime"] == "reused" else
+        ": fresh database and log files per repetition" if b["regime"] == "growing" else
+        ": a connection per transaction") + ".")
+    if tgt.get("note"):
+        notes.append(tgt["note"])
+    notes += b.get("notes") or []
+    return notes
+
+
+def print_results(out: Printer, doc: Dict[str, Any], notes: bool = True) -> None:
+    title, cols, rows, nts = results_table(doc)
+    out.table(title, cols, rows)
+    ph = phase_table(doc)
+    if ph:
+        out.table(*ph)
+    if notes:
+        for n in nts:
+            out.line(f"- {n}")
+        out.line("")
+
+
+def phase_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List[str]]]]:
+    phases = doc["params"]["bench"]["phases"]
+    if len(phases) < 2:
+        return None
+    cols = ["mode"] + [f"{p} ops/s" for p in phases]
+    rows = []
+    for m in doc["modes"]:
+        ph = (m["summary"] or {}).get("phases") or []
+        cells = [m["label"]]
+        for i in range(len(phases)):
+            s = ph[i]["ops_per_s"] if i < len(ph) else None
+            cells.append("-" if not s else f"{_ops(s['median'])} ({_ops(s['min'])}-{_ops(s['max'])})")
+        rows.append(cells)
+    return ("per phase: median (min-max) ops/s; each phase's wall time runs from its first "
+            "transaction's start to its last one's end", cols, rows)
+
+
+def print_failures(out: Printer, doc: Dict[str, Any]) -> None:
+    for m in doc["modes"]:
+        for r in m["repetitions"]:
+            if r["ok"]:
+                continue
+            what = "warm-up" if r["warmup"] else f"round {r['index']}"
+            if r.get("error"):
+                out.line(f"FAILED {m['label']} {what}: {r['error']}")
+            for it in r["checks"]["items"]:
+                if not it["ok"]:
+                    out.line(f"FAILED {m['label']} {what}: {it['name']}: expected "
+                             f"{it['expected']!r}, got {it['actual']!r}")
+
+
+def _first_settings(m: Dict[str, Any]) -> Dict[str, Any]:
+    for r in m["repetitions"]:
+        if not r["warmup"] and r.get("settings"):
+            return r["settings"]
+    for r in m["repetitions"]:
+        if r.get("settings"):
+            return r["settings"]
+    return {}
+
+
+def settings_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]:
+    cols = ["mode", "sqlite"] + list(_PER_MODE_SQLITE) + ["waldio sync", "group", "layout",
+                                                           "io", "prealloc"]
+    rows = []
+    for m in doc["modes"]:
+        st = _first_settings(m)
+        sq = ((m.get("params") or {}).get("sqlite") or {})
+        build = m.get("sqlite_build") or "-"
+        if sq.get("sqlite_version"):
+            build = f"{build} {sq['sqlite_version']}"
+        if m["kind"] == "raw":
+            rows.append([m["label"], "none"] + ["-"] * (len(cols) - 2))
+            continue
+        cells = [m["label"], build]
+        for k in _PER_MODE_SQLITE:
+            v = sq.get(k) if k == "vfs" else st.get(k, sq.get(k))
+            cells.append(_params._text(v) if v is not None else _params.UNKNOWN)
+        for k in ("waldio.sync", "waldio.group", "waldio.layout", "waldio.io",
+                  "waldio.preallocated_bytes"):
+            cells.append(_params._text(st[k]) if k in st else "-")
+        rows.append(cells)
+    return ("SQLite settings in effect per mode (read back from the run connection; "
+            "'unknown' = could not be read)", cols, rows)
+
+
+def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
+    """The parameter header: provenance, workload, SQLite (per build), fs, device, system."""
+    common = doc["params"].get("common") or {}
+    out: Dict[str, Any] = {"schema_version": doc["schema_version"]}
+    tool = dict(doc["tool"])
+    out["provenance"] = dict(tool, _why={})
+    bench = dict(doc["params"]["bench"])
+    bench.pop("plan", None)
+    bench.pop("modes", None)            # the settings table lists them
+    if "mixed" not in bench.get("phases", []):
+        bench.pop("mix", None)
+    for k in _HEADER_UNSET:
+        if k in bench and bench[k] is None:
+            bench[k] = "not set: SQLite's default, read back per mode below" \
+                if k in _PER_MODE_SQLITE else "not set (libwaldio default; see PRAGMA waldio)"
+    out["workload"] = dict(bench, _why={})
+    builds: Dict[str, List[Dict[str, Any]]] = {}
+    for m in doc["modes"]:
+        if m.get("params") and m["params"].get("sqlite"):
+            builds.setdefault(m.get("sqlite_build") or "?", []).append(m)
+    for build, ms in builds.items():
+        secs = [m["params"]["sqlite"] for m in ms]
+        keys = [k for k in secs[0] if k != "_why"]
+        sec: Dict[str, Any] = {}
+        why: Dict[str, str] = {}
+        for k in keys:
+            if k in _PER_MODE_SQLITE:
+                sec[k] = "per mode, see the settings table"
+                continue
+            if k == "reserve_bytes_source":
+                continue  # in the JSON
+            vals = [s.get(k) for s in secs]
+            if all(v == vals[0] for v in vals):
+                sec[k] = vals[0]
+                if vals[0] == _params.UNKNOWN:
+                    why[k] = secs[0].get("_why", {}).get(k, "")
+            else:
+                sec[k] = "varies by mode: " + ", ".join(
+                    f"{m['label']}={_params._text(v)}" for m, v in zip(ms, vals))
+        sec["_why"] = why
+        out[f"sqlite ({build})"] = sec
+    for k in ("filesystem", "device", "system"):
+        if k in common:
+            out[k] = common[k]
+    tgt = dict(doc["params"]["target"])
+    tgt.pop("note", None)               # printed under the results
+    out["target"] = dict(tgt, _why={})
+    return out
+
+
+def print_header(out: Printer, doc: Dict[str, Any]) -> None:
+    out.line("== parameters (read back from SQLite and the system; 'unknown (why)' = "
+             "could not be read) ==")
+    out.line(_params.format_params(header_params(doc), width=110))
+    out.line("")
+    out.table(*settings_table(doc))
+    out.line("modes:")
+    for m in doc["modes"]:
+        out.line(f"  {m['label']}: {m['commit']}; durability: {m['durability']}")
+    out.line("")
+
+
+def print_brief_header(out: Printer, doc: Dict[str, Any]) -> None:
+    common = doc["params"].get("common") or {}
+    fs = common.get("filesystem") or {}
+    sysp = common.get("system") or {}
+    dev = primary_device(doc)
+    out.line(f"run {doc['tool'].get('started_utc')} by {doc['tool'].get('name')} "
+             f"{doc['tool'].get('waldio_version')} (git {str(doc['tool'].get('git_commit'))[:12]}); "
+             f"wall {doc['tool'].get('wall_s')} s")
+    out.line(f"kernel {sysp.get('kernel')}; CPU {sysp.get('cpu_model')} x{sysp.get('cpu_count')}; "
+             f"fs {fs.get('fstype')} ({fs.get('source')}), journals: {fs.get('journals')}; "
+             f"device {dev['name'] if dev else 'unknown'}")
+    out.table(*settings_table(doc))
+
+
+# --------------------------------------------------------------------------
+# plots
+# --------------------------------------------------------------------------
+
+def _stem(path: str) -> str:
+    return Path(path).stem
+
+
+def _pooled_latencies(m: Dict[str, Any]) -> List[int]:
+    out: List[int] = []
+    for r in m["repetitions"]:
+        if not r["warmup"] and r["ok"]:
+            out.extend(r["latency"].get("samples_ns") or [])
+    return sorted(out)
+
+
+def _title(doc: Dict[str, Any]) -> str:
+    b = doc["params"]["bench"]
+    fs = (doc["params"].get("common") or {}).get("filesystem") or {}
+    tgt = doc["params"]["target"]
+    kind = tgt.get("fs_kind") or fs.get("fstype")
+    where = f"{'loop ' if tgt.get('kind') == 'loop' else ''}{kind}"
+    return (f"{b.get('preset') or 'custom'}: {'+'.join(b['phases'])}, {b['transactions']} txn, "
+            f"{b['repetitions']} reps, {b['regime']}, on {where}")
+
+
+def plot_all(docs: Sequence[Tuple[str, Dict[str, Any]]], out_dir: str,
+             formats: Sequence[str]) -> List[str]:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    written: List[str] = []
+    stem = _stem(docs[0][0]) if len(docs) == 1 else "combined"
+
+    def save(fig: Any, name: str) -> None:
+        for fmt in formats:
+            p = os.path.join(out_dir, f"{name}.{fmt}")
+            fig.savefig(p, dpi=130, bbox_inches="tight")
+            written.append(p)
+        plt.close(fig)
+
+    # ---- ops/s with min-max whiskers
+    labels: List[str] = []
+    for _, doc in docs:
+        for m in doc["modes"]:
+            if m["label"] not in labels:
+                labels.append(m["label"])
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.1 * len(labels) * max(1, len(docs)) ** 0.5 + 2),
+                                    4.6))
+    width = 0.8 / len(docs)
+    vals_all: List[float] = []
+    for j, (path, doc) in enumerate(docs):
+        by = {m["label"]: m for m in doc["modes"]}
+        xs, meds, lo, hi, tops = [], [], [], [], []
+        for i, lab in enumerate(labels):
+            m = by.get(lab)
+            ops = (m or {}).get("summary", {}) or {}
+            ops = ops.get("ops_per_s") if ops else None
+            if not ops:
+                continue
+            xs.append(i + (j - (len(docs) - 1) / 2) * width)
+            meds.append(ops["median"])
+            lo.append(ops["median"] - ops["min"])
+            hi.append(ops["max"] - ops["median"])
+            tops.append(ops["max"])
+            vals_all += [ops["min"], ops["max"]]
+        ax.bar(xs, meds, width * 0.9, yerr=[lo, hi], capsize=4,
+                      label=_stem(path) if len(docs) > 1 else None,
+                      error_kw={"elinewidth": 1.2})
+        for x, v, top in zip(xs, meds, tops):
+            ax.annotate(f"{v:,.0f}", (x, top), textcoords="offset points", xytext=(0, 3),
+                        ha="center", va="bottom", fontsize=7)
+    if vals_all and min(vals_all) > 0 and max(vals_all) / min(vals_all) > 30:
+        ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30, ha="right")
+    ax.set_ylabel("transactions per second (median; whiskers: min-max)")
+    ax.set_title(_title(docs[0][1]) if len(docs) == 1 else "ops/s per mode", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    if len(docs) > 1:
+        ax.legend(fontsize=8)
+    save(fig, f"{stem}-ops")
+
+    for path, doc in docs:
+        name = _stem(path)
+        # ---- device bytes per transaction, stacked
+        modes = [m for m in doc["modes"] if m["summary"]]
+        dev = primary_device(doc)
+        classes = _trace_classes(modes)
+        fig, ax = plt.subplots(figsize=(max(6.5, 1.0 * len(modes) + 2), 4.6))
+        x = list(range(len(modes)))
+        if classes:
+            bottom = [0.0] * len(modes)
+            for cls in classes:
+                v = [_class_per_txn(m, cls) / 1024 for m in modes]
+                ax.bar(x, v, 0.7, bottom=bottom, label=cls)
+                bottom = [a + b for a, b in zip(bottom, v)]
+            tops = bottom
+        else:
+            timed = [(_med(m["summary"]["per_txn"]["device_write_bytes_timed"]) or 0) / 1024
+                     for m in modes]
+            after = [_after_timed(m) / 1024 for m in modes]
+            ax.bar(x, timed, 0.7, label="inside the timed region")
+            ax.bar(x, after, 0.7, bottom=timed,
+                   label="after it (untimed close, write-back at the final sync)")
+            tops = [a + b for a, b in zip(timed, after)]
+        for i, (t, m) in enumerate(zip(tops, modes)):
+            fl = _med(m["summary"]["per_txn"]["device_flushes"])
+            ax.annotate(f"{t:.1f}" + (f"\n{fl:.1f} fl" if fl is not None else ""), (i, t),
+                        textcoords="offset points", xytext=(0, 3), ha="center", fontsize=7)
+        ax.set_xticks(x)
+        ax.set_xticklabels([m["label"] for m in modes], rotation=30, ha="right")
+        ax.set_ylabel(f"KiB written to {dev['name'] if dev else 'device'} per transaction "
+                      "(median)")
+        ax.set_title(_title(doc) + ("" if not dev else f"\n/dev/{dev['name']} ({dev['kind']}); "
+                                    "'fl' = flush requests per transaction"), fontsize=9)
+        ax.legend(fontsize=8)
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_ylim(top=max(tops + [1]) * 1.18)
+        save(fig, f"{name}-bytes")
+
+        # ---- latency CDF
+        fig, ax = plt.subplots(figsize=(7.5, 4.8))
+        for m in doc["modes"]:
+            lat = _pooled_latencies(m)
+            if not lat:
+                continue
+            n = len(lat)
+            xs_ms = [v / 1e6 for v in lat]
+            ys = [(i + 1) / n for i in range(n)]
+            ax.step(xs_ms, ys, where="post", label=m["label"], linewidth=1.3)
+        ax.set_xscale("log")
+        ax.set_xlabel("transaction latency (ms, log scale)")
+        ax.set_ylabel("fraction of transactions")
+        ax.set_ylim(0, 1.001)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8, loc="lower right")
+        ax.set_title(_title(doc), fontsize=10)
+        save(fig, f"{name}-latency")
+    return written
+
+
+def _after_timed(m: Dict[str, Any]) -> float:
+    vals = []
+    for r in m["repetitions"]:
+        if r["warmup"] or not r["ok"] or not r.get("io") or not r["io"]["devices"]:
+            continue
+        d = r["io"]["devices"][0]
+        vals.append(max(0, d["total"]["write_bytes"] - d["timed"]["write_bytes"])
+                    / r["transactions"])
+    if not vals:
+        return 0.0
+    vals.sort()
+    from .bench import percentile
+    return percentile(vals, 50)
+
+
+def _trace_classes(modes: List[Dict[str, Any]]) -> List[str]:
+    out: List[str] = []
+    for m in modes:
+        for r in m["repetitions"]:
+            for k in ((r.get("io") or {}).get("classes") or {}):
+                if k not in out:
+                    out.append(k)
+    return out
+
+
+def _class_per_txn(m: Dict[str, Any], cls: str) -> float:
+    vals = []
+    for r in m["repetitions"]:
+        if r["warmup"] or not r["ok"]:
+            continue
+        c = ((r.get("io") or {}).get("classes") or {}).get(cls)
+        if c is not None and r["transactions"]:
+            vals.append(c / r["transactions"])
+    if not vals:
+        return 0.0
+    from .bench import percentile
+    return percentile(sorted(vals), 50)
