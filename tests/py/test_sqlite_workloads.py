@@ -46,6 +46,19 @@ def assert_same(out: Dict[str, Any]) -> None:
     assert out["waldio"]["rows"] == out["stock"]["rows"]
 
 
+def stock_rows(sqlite: Any, path: Path, transfers: list[tuple[int, int]]) -> Any:
+    """The rows stock SQLite holds after running `transfers` [(seed, n), ...]
+    on a new database with waldio's reserve (identical B-trees)."""
+    ref = sqlite.stock(path, reserve=24)
+    try:
+        wl.setup(ref)
+        for seed, n in transfers:
+            wl.transfers(ref, seed, n)
+        return wl.dump(ref)
+    finally:
+        ref.close()
+
+
 def reopen_rows(sqlite: Any, path: Path, **options: Any) -> Any:
     conn = sqlite.waldio(path, **options)
     try:
@@ -205,11 +218,7 @@ def test_threads_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
     rows = wl.dump(conn)
     assert wl.integrity(conn) == "ok"
     conn.close()
-    ref = sqlite.stock(dbdir / "stock.db", reserve=24)
-    wl.setup(ref)
-    wl.transfers(ref, 99, 300)
-    assert rows == wl.dump(ref)
-    ref.close()
+    assert rows == stock_rows(sqlite, dbdir / "stock.db", [(99, 300)])
 
 
 def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
@@ -231,11 +240,7 @@ def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
     rows = wl.dump(conn)
     assert wl.integrity(conn) == "ok"
     conn.close()
-    ref = sqlite.stock(dbdir / "stock.db", reserve=24)
-    wl.setup(ref)
-    wl.transfers(ref, 5, 300)
-    assert rows == wl.dump(ref)
-    ref.close()
+    assert rows == stock_rows(sqlite, dbdir / "stock.db", [(5, 300)])
 
 
 @pytest.mark.parametrize("sync", ["FULL", "NORMAL"])
@@ -258,12 +263,8 @@ def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path
     rows = wl.dump(conn)
     assert wl.integrity(conn) == "ok"
     conn.close()
-    ref = sqlite.stock(dbdir / "stock.db", reserve=24)
-    wl.setup(ref)
-    for i in range(committed):
-        wl.transfers(ref, 3 * 100003 + i, 1)
-    assert rows == wl.dump(ref)
-    ref.close()
+    expected = [(3 * 100003 + i, 1) for i in range(committed)]
+    assert rows == stock_rows(sqlite, dbdir / "stock.db", expected)
 
 
 def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir: Path) -> None:
