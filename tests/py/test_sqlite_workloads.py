@@ -291,3 +291,27 @@ def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir:
     assert stats["cache_invalidations"] >= 4     # A noticed B every round
     a.close()
     ref.close()
+
+
+@pytest.mark.parametrize("group", ["off", "async", "durable"])
+def test_exclusive_locking_mode(sqlite: Any, dbdir: Path, group: str) -> None:
+    """locking_mode=EXCLUSIVE before the log opens: SQLite keeps the wal-index
+    in heap memory, so there is no shared memory and no xShmBarrier."""
+    path = dbdir / "x.db"
+    def work(c: Any) -> Any:
+        c.execute("PRAGMA locking_mode=EXCLUSIVE")
+        wl.setup(c)
+        wl.transfers(c, 21, 80)
+        wl.big_transaction(c, 22)
+        return wl.checkpoints(c, 23)
+    conn = sqlite.waldio(path, group=group)
+    ret = work(conn)
+    rows = wl.dump(conn)
+    assert wl.integrity(conn) == "ok"
+    conn.close()
+    assert not (dbdir / "x.db-wal-shm").exists()       # heap-memory wal-index
+    ref = sqlite.stock(dbdir / "ref.db", reserve=24)
+    assert work(ref) == ret
+    assert wl.dump(ref) == rows
+    ref.close()
+    assert reopen_rows(sqlite, path) == rows
