@@ -1259,13 +1259,16 @@ def open_target(fs_kind: Optional[str], directory: Optional[str], size_mib: Opti
         shutil.rmtree(base, ignore_errors=True)
 
 
-def default_fs_size_mib(s: Settings) -> int:
-    """A loop image comfortably larger than template + copy + logs (sparse anyway)."""
+def default_fs_size_mib(s: Settings, fs_kind: Optional[str] = None) -> int:
+    """A loop image comfortably larger than template + copy + logs (sparse
+    anyway), and never below what mkfs accepts for fs_kind."""
+    from . import fsimage
     rows = s.prepopulate + s.transactions * s.ops_per_txn * len(s.phases)
     per_db = s.tables * rows * (s.record_size + 40) * 1.5 + 64 * 1024 * s.tables
     dbs = 1 if s.shared_db else s.threads
     need = (per_db * (2 + dbs) + dbs * 24 * (1 << 20)) / (1 << 20)
-    return int(max(256, math.ceil(need * 1.5 / 64) * 64))
+    floor = fsimage.minimum_size_mib(fs_kind) if fs_kind else 256
+    return int(max(256, floor, math.ceil(need * 1.5 / 64) * 64))
 
 
 # --------------------------------------------------------------------------

@@ -357,7 +357,7 @@ def run_bench(args: argparse.Namespace) -> int:
                  + (f" ({pre.summary})" if pre else ""))
         out.line(f"modes (order of every round): {', '.join(labels)}; "
                  f"{settings.warmup} warm-up + {settings.repetitions} measured rounds")
-    size = args.fs_size or B.default_fs_size_mib(settings)
+    size = args.fs_size or B.default_fs_size_mib(settings, args.fs)
     try:
         with B.open_target(args.fs, args.dir, size, runner.need_odirect()) as target:
             if not args.quiet:

@@ -282,8 +282,13 @@ def _journal_mkfs_argv(journal_device: str) -> list[str]:
     return ["mkfs.ext4", "-F", "-q", "-O", "journal_dev", "-b", str(_EXT4_BLOCK_SIZE), journal_device]
 
 
+def minimum_size_mib(kind: str) -> int:
+    """The smallest image mkfs accepts for this kind (xfs: 320 MiB)."""
+    return _MIN_SIZE_MIB.get(_fs_type(kind), 16)
+
+
 def _effective_size(kind: str, size_mib: Optional[int]) -> int:
-    minimum = _MIN_SIZE_MIB.get(_fs_type(kind), 16)
+    minimum = minimum_size_mib(kind)
     if size_mib is None:
         return max(_DEFAULT_SIZE_MIB, minimum)
     if size_mib < minimum:
