@@ -1,18 +1,7 @@
 /*
-** wal_log.c — one physical waldio log shared by the connections of this
-** process (see wal_log.h for the invariants L1-L4).
-**
-** Opening (log_acquire). Under flock(LOCK_EX) on the log, so two processes
-** never initialize or convert the same file at once, block 0 decides:
-**   - empty or unrecognized file      -> format fresh: zero-fill the initial
-**                                        preallocation, write the superblock,
-**                                        fdatasync, fsync the directory;
-**   - waldio superblock                -> use it;
-**   - standard SQLite WAL header       -> wal_convert.c re-lays the committed
-**                                        frames into a new file and renames
-**                                        it over the old one; reopen;
-**   - guard header, broken superblock  -> refuse (fail closed: the log may
-**                                        hold committed transactions).
+** wal_log.c — a running waldio log shared by the connections of this
+** process (see wal_log.h for the invariants L1-L5; log_open.c opens and
+** closes it).
 **
 ** Growth. When a frame would land beyond physSize the writer (there is one
 ** writer per database at a time: SQLite's WAL write lock) extends the file
@@ -35,9 +24,7 @@
 #include "errors.h"
 #include "log_flusher.h"
 #include "options.h"
-#include "stock_guard.h"
 #include "sqlite_api.h"
-#include "wal_convert.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -46,29 +33,13 @@
 #include <unistd.h>
 
 #define GROW_ROUND (1LL << 20)
-#define NEEDS_EXCLUSIVE 0x57455843   /* not an SQLite code: "retry under LOCK_EX" */
-#define LOCK_WAIT_MS 5000
 
-static i64 round_up64(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
-
-void log_registry_init(log_registry *r){
-  pthread_mutex_init(&r->mutex, 0);
-  r->pList = 0;
-}
-
-void log_registry_flush(log_registry *r){
-  waldio_log *p;
-  pthread_mutex_lock(&r->mutex);
-  for(p=r->pList; p; p=p->pNext){
-    if( group_write_all(p)==SQLITE_OK ) log_sync(p);
-  }
-  pthread_mutex_unlock(&r->mutex);
-}
+i64 log_round_up(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
 
 /* ---------------------------------------------------------------- block 0 */
 
 /* Read block 0's metadata from disk. */
-static int read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot){
+int log_read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot){
   u32 n = pLog->file.block;
   u8 *buf = dio_alloc(&pLog->file, n);
   int rc;
@@ -82,13 +53,8 @@ static int read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot){
   return rc;
 }
 
-/* How write_meta writes block 0. */
-#define META_DSYNC    0x1   /* O_DSYNC write (persistent mode) */
-#define META_ARM      0x2   /* arm the normal-mode flush timer */
-#define META_ADVISORY 0x4   /* nothing SQLite relies on: needs no flush */
-
 /* Write block 0 from sb (mutex not held). */
-static int write_meta(waldio_log *pLog, const wal_superblock *sb, int flags){
+int log_write_meta(waldio_log *pLog, const wal_superblock *sb, int flags){
   u32 n = pLog->file.block;
   u8 *buf = dio_alloc(&pLog->file, n);
   int rc;
@@ -114,280 +80,12 @@ static int write_meta(waldio_log *pLog, const wal_superblock *sb, int flags){
 
 /* Adopt new metadata; resize the cache when the slot size changes.
 ** Mutex held. */
-static void adopt_meta(waldio_log *pLog, const wal_superblock *sb){
+void log_adopt_meta(waldio_log *pLog, const wal_superblock *sb){
   if( sb->geo.slot!=pLog->sb.geo.slot || pLog->cache.nSlot==0 ){
     frame_cache_init(&pLog->cache, pLog->cacheBudget, sb->geo.slot,
                      pLog->file.memAlign > 4096 ? pLog->file.memAlign : 4096);
   }
   pLog->sb = *sb;
-}
-
-/* ------------------------------------------------------- opening a file */
-
-static int format_fresh(waldio_log *pLog, const waldio_options *o,
-                        int created){
-  wal_superblock sb;
-  const char *zWhy;
-  i64 size, prealloc;
-  int rc;
-
-  memset(&sb, 0, sizeof(sb));
-  sb.flags = SB_FLAG_GUARD;
-  zWhy = wf_geometry(&sb.geo, (u32)o->layout, pLog->file.block, 0);
-  if( zWhy ) return waldio_error(SQLITE_CANTOPEN, "%s: %s", pLog->zPath, zWhy);
-  rc = dio_file_size(&pLog->file, &size);
-  if( rc==SQLITE_OK && size>0 ) rc = dio_truncate(&pLog->file, 0);
-  if( rc ) return rc;
-  dio_set_nocow(&pLog->file);
-  prealloc = round_up64(o->prealloc_bytes, pLog->file.block);
-  if( prealloc<(i64)sb.geo.area + 8*(i64)pLog->file.block ){
-    prealloc = sb.geo.area + 8*(i64)pLog->file.block;
-  }
-  rc = dio_zero_fill(&pLog->file, 0, prealloc);
-  if( rc==SQLITE_OK ) rc = write_meta(pLog, &sb, META_ADVISORY);
-  if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
-  if( rc==SQLITE_OK && created ) rc = dio_sync_dir(pLog->sys, pLog->zPath);
-  if( rc ) return rc;
-  pLog->physSize = prealloc;
-  pLog->stats.prealloc_bytes += (u64)prealloc;
-  adopt_meta(pLog, &sb);
-  return SQLITE_OK;
-}
-
-/* Switch an empty log to the layout this opener asked for. */
-static int relayout_empty(waldio_log *pLog, wal_superblock *sb, int layout){
-  wal_superblock n;
-  const char *zWhy;
-  memset(&n, 0, sizeof(n));
-  n.flags = SB_FLAG_GUARD;
-  zWhy = wf_geometry(&n.geo, (u32)layout, sb->geo.block, sb->geo.page);
-  if( zWhy ) return waldio_error(SQLITE_CANTOPEN, "%s: %s", pLog->zPath, zWhy);
-  *sb = n;
-  return write_meta(pLog, sb, META_ADVISORY);
-}
-
-static int use_existing(waldio_log *pLog, const waldio_options *o,
-                        wal_superblock *sb, i64 size, int canWrite){
-  int rc = SQLITE_OK;
-  if( sb->format!=WALDIO_FORMAT ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: written by a waldio with log"
-        " format %u; this libwaldio reads format %u", pLog->zPath, sb->format,
-        WALDIO_FORMAT);
-  }
-  if( pLog->file.direct && sb->geo.block % pLog->file.offAlign ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: the log's block size %u is not a"
-        " multiple of this device's direct-I/O alignment %u; detach it"
-        " (waldio detach) where it was created", pLog->zPath, sb->geo.block,
-        pLog->file.offAlign);
-  }
-  if( !pLog->file.readonly ){
-    int relayout = !(sb->flags & SB_FLAG_HAS_HEADER) && sb->geo.layout!=(u32)o->layout;
-    int guard = !(sb->flags & SB_FLAG_GUARD);
-    if( (relayout || guard) && !canWrite ) return NEEDS_EXCLUSIVE;
-    if( relayout ){
-      rc = relayout_empty(pLog, sb, o->layout);
-    }else if( guard ){
-      sb->flags |= SB_FLAG_GUARD;          /* F4: in use from now on */
-      rc = write_meta(pLog, sb, META_ADVISORY);
-    }
-  }
-  pLog->physSize = size / sb->geo.block * sb->geo.block;
-  adopt_meta(pLog, sb);
-  return rc;
-}
-
-/* Inspect block 0 and bring the file into waldio format. Returns SQLITE_OK,
-** WALDIO_CONVERTED (reopen: the file was replaced), NEEDS_EXCLUSIVE (a write
-** is needed and !canWrite) or an error. canWrite: the caller holds LOCK_EX. */
-static int init_file(waldio_log *pLog, const waldio_options *o, int created,
-                     int canWrite){
-  u8 aMeta[WALDIO_META_BYTES];
-  wal_superblock sb;
-  size_t got = 0;
-  i64 size;
-  u32 version = 0, page = 0;
-  int rc, d;
-
-  rc = dio_file_size(&pLog->file, &size);
-  if( rc ) return rc;
-  if( size>0 ){
-    memset(aMeta, 0, sizeof(aMeta));
-    rc = read_meta(pLog, aMeta, &got);
-    if( rc ) return rc;
-    d = wf_decode_block0(aMeta, &sb);
-    if( d>0 ) return use_existing(pLog, o, &sb, size, canWrite);
-    if( d<0 ){
-      return waldio_error(SQLITE_CORRUPT, "%s: the waldio superblock is damaged;"
-          " refusing to open a log that may hold committed transactions."
-          " Inspect it with `waldio info`", pLog->zPath);
-    }
-    if( wf_parse_sqlite_header(aMeta, &version, &page) ){
-      if( version==WAL_FORMAT_VERSION ){
-        if( pLog->file.readonly ){
-          return waldio_error(SQLITE_READONLY, "%s: a standard-format WAL that"
-              " this read-only connection cannot convert; open the database"
-              " read-write once (or checkpoint it with stock SQLite)",
-              pLog->zPath);
-        }
-        if( !canWrite ) return NEEDS_EXCLUSIVE;
-        return wal_convert_standard(pLog->sys, pLog->zPath, &pLog->file, o);
-      }
-      if( version==WALDIO_GUARD_VERSION ){
-        return waldio_error(SQLITE_CORRUPT, "%s: waldio guard header without a"
-            " superblock; refusing to open", pLog->zPath);
-      }
-    }
-  }
-  if( pLog->file.readonly ){
-    memset(&sb, 0, sizeof(sb));
-    sb.geo.block = pLog->file.block;
-    adopt_meta(pLog, &sb);
-    return SQLITE_OK;
-  }
-  /* Empty, or nothing SQLite would recover either: start afresh. */
-  if( !canWrite ) return NEEDS_EXCLUSIVE;
-  return format_fresh(pLog, o, created || size==0);
-}
-
-/* flock with a bounded wait: 0, or the errno that stopped it. */
-static int flock_wait(waldio_log *pLog, int op, int ms){
-  int waited = 0;
-  while( pLog->sys->xFlock(pLog->file.fd, op|LOCK_NB) ){
-    if( errno!=EWOULDBLOCK && errno!=EINTR ) return errno;
-    if( waited++>=ms ) return EWOULDBLOCK;
-    usleep(1000);
-  }
-  return 0;
-}
-
-/* L5: hold LOCK_SH; take LOCK_EX only while block 0 must be written. */
-static int init_locked(waldio_log *pLog, const waldio_options *o, int created){
-  int rc, err;
-  if( pLog->file.readonly ) return init_file(pLog, o, created, 0);
-  if( (err = flock_wait(pLog, LOCK_SH, LOCK_WAIT_MS))!=0 ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: another process uses this"
-        " database with waldio group commit, which needs it alone (%s);"
-        " close it there first", pLog->zPath, strerror(err));
-  }
-  rc = init_file(pLog, o, created, 0);
-  if( rc!=NEEDS_EXCLUSIVE ) return rc;
-  if( (err = flock_wait(pLog, LOCK_EX, LOCK_WAIT_MS))!=0 ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: cannot get exclusive use of the"
-        " log to initialize it (%s)", pLog->zPath, strerror(err));
-  }
-  rc = init_file(pLog, o, created, 1);
-  if( rc==SQLITE_OK ) pLog->sys->xFlock(pLog->file.fd, LOCK_SH);
-  return rc;
-}
-
-static void apply_owner(waldio_log *pLog, mode_t mode, uid_t uid, gid_t gid){
-  pLog->sys->xFchmod(pLog->file.fd, mode);
-  if( geteuid()==0 ) pLog->sys->xFchown(pLog->file.fd, uid, gid);
-}
-
-static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
-                           const waldio_options *o){
-  waldio_log *pLog = calloc(1, sizeof(*pLog));
-  if( !pLog ) return 0;
-  pLog->zPath = strdup(zPath);
-  if( !pLog->zPath ){ free(pLog); return 0; }
-  pLog->sys = sys;
-  pLog->file.fd = -1;
-  pLog->preallocInitial = o->prealloc_bytes;
-  pLog->cacheBudget = o->cache_bytes;
-  pLog->flushMs = o->flush_ms;
-  pthread_mutex_init(&pLog->mutex, 0);
-  group_init(&pLog->group);
-  pLog->group.capBytes = o->group_bytes;
-  pLog->group.intervalMs = o->group_ms;
-  return pLog;
-}
-
-static void log_free(waldio_log *pLog){
-  dio_close(&pLog->file);
-  group_free(&pLog->group);
-  frame_cache_free(&pLog->cache);
-  pthread_mutex_destroy(&pLog->mutex);
-  free(pLog->zPath);
-  free(pLog);
-}
-
-/* Open the file, then either share an already-open log of the same inode
-** or initialize this one. Returns WALDIO_CONVERTED to ask for a retry. */
-static int open_once(log_registry *r, waldio_log *pLog, const waldio_options *o,
-                     const char *zStockShm, mode_t mode, uid_t uid, gid_t gid,
-                     waldio_log **ppLog){
-  struct stat st;
-  waldio_log *p;
-  int created = 0, rc;
-
-  rc = dio_open(&pLog->file, pLog->sys, pLog->zPath, o->io, mode, &created);
-  if( rc ) return rc;
-  if( created ) apply_owner(pLog, mode, uid, gid);
-  if( pLog->sys->xFstat(pLog->file.fd, &st) ){
-    return waldio_errno(SQLITE_CANTOPEN, errno, "cannot stat log", pLog->zPath);
-  }
-  for(p=r->pList; p; p=p->pNext){
-    if( p->dev==st.st_dev && p->ino==st.st_ino ){
-      p->nRef++;
-      *ppLog = p;
-      return SQLITE_OK;
-    }
-  }
-  pLog->dev = st.st_dev;
-  pLog->ino = st.st_ino;
-  if( zStockShm && stock_sqlite_active(zStockShm) ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: the database is open in SQLite"
-        " without waldio (a process holds %s); close it there first: waldio"
-        " and stock SQLite cannot share a database at the same time",
-        pLog->zPath, zStockShm);
-  }
-  rc = init_locked(pLog, o, created);
-  if( rc ) return rc;
-  pLog->nRef = 1;
-  pLog->pNext = r->pList;
-  r->pList = pLog;
-  *ppLog = pLog;
-  return SQLITE_OK;
-}
-
-int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
-                const char *zStockShm, const waldio_options *o, mode_t mode,
-                uid_t uid, gid_t gid, waldio_log **ppLog){
-  int attempt, rc = SQLITE_OK;
-  *ppLog = 0;
-  pthread_mutex_lock(&r->mutex);
-  for(attempt=0; attempt<4; attempt++){
-    waldio_log *pLog = log_new(sys, zPath, o);
-    if( !pLog ){ rc = SQLITE_NOMEM; break; }
-    rc = open_once(r, pLog, o, zStockShm, mode, uid, gid, ppLog);
-    if( *ppLog!=pLog ) log_free(pLog);   /* shared an open log, or failed */
-    if( rc!=WALDIO_CONVERTED ) break;
-    *ppLog = 0;
-  }
-  pthread_mutex_unlock(&r->mutex);
-  if( rc==WALDIO_CONVERTED ){
-    rc = waldio_error(SQLITE_CANTOPEN, "%s: the log kept changing while it was"
-                      " being opened", zPath);
-  }
-  return rc;
-}
-
-void log_release(log_registry *r, waldio_log *pLog){
-  waldio_log **pp;
-  pthread_mutex_lock(&r->mutex);
-  if( --pLog->nRef>0 ){
-    pthread_mutex_unlock(&r->mutex);
-    return;
-  }
-  for(pp=&r->pList; *pp; pp=&(*pp)->pNext){
-    if( *pp==pLog ){ *pp = pLog->pNext; break; }
-  }
-  pthread_mutex_unlock(&r->mutex);
-  flusher_stop(pLog);
-  group_write_all(pLog);   /* G4: nothing buffered outlives the log */
-  log_sync(pLog);          /* keep the flush bound even at close */
-  log_free(pLog);
 }
 
 wal_geometry log_geometry(waldio_log *pLog){
@@ -514,8 +212,8 @@ static int ensure_allocated(waldio_log *pLog, i64 end){
   }else{
     grow = have / 4;
     if( grow<pLog->preallocInitial ) grow = pLog->preallocInitial;
-    target = round_up64(have + grow, GROW_ROUND);
-    if( target<end ) target = round_up64(end, GROW_ROUND);
+    target = log_round_up(have + grow, GROW_ROUND);
+    if( target<end ) target = log_round_up(end, GROW_ROUND);
     rc = dio_zero_fill(&pLog->file, have, target - have);
     if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
     if( rc ) return rc;
@@ -595,10 +293,10 @@ int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int dsync,
   sb.flags |= SB_FLAG_HAS_HEADER;
   memcpy(sb.sqlite_hdr, aSqliteHdr, WAL_HDR_BYTES);
   pthread_mutex_lock(&pLog->mutex);
-  adopt_meta(pLog, &sb);
+  log_adopt_meta(pLog, &sb);
   frame_cache_clear(&pLog->cache);      /* a new generation begins */
   pthread_mutex_unlock(&pLog->mutex);
-  return write_meta(pLog, &sb, (dsync ? META_DSYNC : 0) | (armFlush ? META_ARM : 0));
+  return log_write_meta(pLog, &sb, (dsync ? META_DSYNC : 0) | (armFlush ? META_ARM : 0));
 }
 
 /* Re-read block 0 and adopt it (another process may have written it). */
@@ -607,7 +305,7 @@ static int refresh_meta(waldio_log *pLog, wal_superblock *pOut){
   size_t got = 0;
   int d, rc;
   memset(aMeta, 0, sizeof(aMeta));
-  rc = read_meta(pLog, aMeta, &got);
+  rc = log_read_meta(pLog, aMeta, &got);
   if( rc ) return rc;
   d = wf_decode_block0(aMeta, pOut);
   if( d==0 && got==0 ){
@@ -622,7 +320,7 @@ static int refresh_meta(waldio_log *pLog, wal_superblock *pOut){
         " connection had it open?", pLog->zPath);
   }
   pthread_mutex_lock(&pLog->mutex);
-  adopt_meta(pLog, pOut);
+  log_adopt_meta(pLog, pOut);
   pthread_mutex_unlock(&pLog->mutex);
   return SQLITE_OK;
 }
@@ -653,13 +351,13 @@ int log_set_empty(waldio_log *pLog, int keepGuard){
   sb.flags &= ~SB_FLAG_HAS_HEADER;
   if( !keepGuard ) sb.flags &= ~SB_FLAG_GUARD;
   memset(sb.sqlite_hdr, 0, sizeof(sb.sqlite_hdr));
-  adopt_meta(pLog, &sb);
+  log_adopt_meta(pLog, &sb);
   frame_cache_clear(&pLog->cache);
   pLog->stats.logical_truncates++;
   pthread_mutex_unlock(&pLog->mutex);
   /* Advisory: if it is lost in a crash, recovery replays frames that are
   ** already in the database, which changes nothing. */
-  return write_meta(pLog, &sb, META_ADVISORY);
+  return log_write_meta(pLog, &sb, META_ADVISORY);
 }
 
 int log_truncate(waldio_log *pLog, i64 size){
@@ -672,7 +370,7 @@ int log_truncate(waldio_log *pLog, i64 size){
   ** preallocation; the preallocation itself is never returned. */
   keep = wf_physical_for_logical(&g, size);
   if( keep<pLog->preallocInitial ) keep = pLog->preallocInitial;
-  keep = round_up64(keep, g.block);
+  keep = log_round_up(keep, g.block);
   rc = dio_file_size(&pLog->file, &phys);
   if( rc==SQLITE_OK && phys>keep ){
     rc = dio_truncate(&pLog->file, keep);

@@ -174,6 +174,18 @@ void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);
 
+/* ---- For the log's own modules (log_open.c, wal_log.c) only. ---- */
+
+/* How log_write_meta writes block 0. */
+#define META_DSYNC    0x1   /* O_DSYNC write (persistent mode) */
+#define META_ARM      0x2   /* arm the normal-mode flush timer */
+#define META_ADVISORY 0x4   /* nothing SQLite relies on: needs no flush */
+
+int log_read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot);
+int log_write_meta(waldio_log *pLog, const wal_superblock *sb, int flags);
+void log_adopt_meta(waldio_log *pLog, const wal_superblock *sb);  /* mutex held */
+i64 log_round_up(i64 x, i64 unit);
+
 /* Switch group commit for every connection of this process on this log
 ** (WALDIO_GROUP_*). Turning it on needs exclusive use of the log (L5). */
 int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms);
