@@ -263,7 +263,10 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
    && WAL_WRITE_LOCK_SLOT<ofst+n ){
     if( flags & SQLITE_SHM_UNLOCK ){
       p->holdsWriteLock = 0;
-      if( p->pWal ) p->pWal->wroteSinceBarrier = 0;
+      if( p->pWal ){
+        p->pWal->wroteSinceBarrier = 0;
+        waldio_wal_discard(p->pWal);    /* a rolled-back transaction's frames */
+      }
     }else if( flags & SQLITE_SHM_EXCLUSIVE ){
       p->holdsWriteLock = 1;
     }

@@ -87,6 +87,7 @@ int waldio_db_sync_level(const waldio_db_file *p);
 int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
                     int flags, int *pOutFlags);
 int waldio_wal_flush(waldio_wal_file *p);
+void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);

@@ -34,6 +34,11 @@
 **   W2  A page whose last 24 bytes are not zero is refused (embed layout):
 **       storing the frame header there would change what SQLite checksummed.
 **   W3  Writes are whole blocks at block-aligned offsets (dio_file.h D1).
+**   W4  Held state belongs to the transaction that holds the WAL write lock.
+**       A commit writes it before the commit returns, so whatever is still
+**       held when the lock is released belongs to a transaction that rolled
+**       back: it is discarded then (db_file.c, xShmLock), never written
+**       later over frames another connection has committed since.
 */
 #include "vfs_internal.h"
 #include "dio_file.h"
@@ -146,6 +151,12 @@ static int flush_batch(waldio_wal_file *p){
                        LOG_WRITE_FRAME, dsync, arm);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
   return rc;
+}
+
+void waldio_wal_discard(waldio_wal_file *p){
+  p->nBatch = 0;
+  p->pendingFrame = 0;
+  p->inCommit = 0;
 }
 
 int waldio_wal_flush(waldio_wal_file *p){
