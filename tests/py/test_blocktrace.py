@@ -15,7 +15,6 @@ Invariants:
 
 from __future__ import annotations
 
-import mmap
 import os
 import signal
 import subprocess
@@ -35,7 +34,7 @@ from waldio import blocktrace as bt
 from waldio import fsimage
 
 N = 50
-BLOCK = 4096
+from io_patterns import BLOCK, aligned_block, preallocate_zeroed  # noqa: E402
 TOLERANCE = BLOCK  # one block per class
 
 
@@ -52,34 +51,14 @@ def _skip_unless(kind: str, trace: bool = True) -> None:
         pytest.skip(f"{kind}: {reason}")
 
 
-def _aligned_block(fill: bytes) -> mmap.mmap:
-    """A page-aligned 4 KiB buffer (mmap memory is page aligned) for O_DIRECT."""
-    buf = mmap.mmap(-1, BLOCK)
-    buf.write(fill * (BLOCK // len(fill)))
-    return buf
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def _preallocate_zeroed(path: str, blocks: int) -> None:
-    """Zero-filled (not fallocated: unwritten extents would journal), fdatasync'ed file."""
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, bytes(blocks * BLOCK))
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    _fsync_dir(os.path.dirname(path))
 
 
 def _direct_overwrites(path: str, count: int) -> None:
-    buf = _aligned_block(b"w")
+    buf = aligned_block(b"w")
     fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
     try:
         for i in range(count):
@@ -238,7 +217,7 @@ def test_direct_overwrites_are_pure_data(kind: str) -> None:
     _skip_unless(kind)
     with fsimage.loop_filesystem(kind) as fs:
         path = fs.path("log")
-        _preallocate_zeroed(path, N)
+        preallocate_zeroed(path, N)
         report = _traced(fs, lambda: _direct_overwrites(path, N), {"wal": [path]})
         # Not part of the per-commit cost: the mtime change, journaled at the next commit.
         _traced(fs, fs.sync, {"wal": [path]}, presync=False, label=" (later sync)")
@@ -255,7 +234,7 @@ def test_buffered_appends_journal(kind: str) -> None:
     _skip_unless(kind)
     with fsimage.loop_filesystem(kind) as fs:
         path = fs.path("log")
-        _preallocate_zeroed(path, 0)
+        preallocate_zeroed(path, 0)
         report = _traced(fs, lambda: _buffered_appends(path, N), {"wal": [path]})
         journal_device = fs.journal_device
     assert abs(report.written("wal") - N * BLOCK) <= TOLERANCE

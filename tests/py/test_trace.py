@@ -13,7 +13,6 @@ tracefs instances are released after success, failure and interruption.
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import signal
 import subprocess
@@ -34,7 +33,7 @@ from waldio import trace as T  # noqa: E402
 from waldio import trace_cli as TC  # noqa: E402
 
 N = 40
-BLOCK = 4096
+from io_patterns import BLOCK, aligned_block, preallocate_zeroed  # noqa: E402
 TOLERANCE = BLOCK                   # one block
 
 
@@ -185,28 +184,10 @@ def test_analysis_checks_can_fail() -> None:
 # known patterns on real loop file systems
 # --------------------------------------------------------------------------
 
-def _aligned_block(fill: bytes) -> mmap.mmap:
-    buf = mmap.mmap(-1, BLOCK)      # page aligned, as O_DIRECT needs
-    buf.write(fill * (BLOCK // len(fill)))
-    return buf
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
-def _zero_filled(path: str, blocks: int) -> None:
-    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, bytes(blocks * BLOCK))
-        os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    _fsync_dir(os.path.dirname(path))
 
 
 def _traced(fs: Any, files: Dict[str, List[str]], body: Callable[[T.TraceSession], None],
@@ -225,10 +206,10 @@ def test_direct_overwrites_are_one_block_and_no_journal(kind: str) -> None:
     _skip_unless(kind)
     with fsimage.loop_filesystem(kind) as fs:
         path = fs.path("log-wal")
-        _zero_filled(path, N)
+        preallocate_zeroed(path, N)
 
         def body(ts: T.TraceSession) -> None:
-            buf = _aligned_block(b"w")
+            buf = aligned_block(b"w")
             fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
             try:
                 for i in range(N):
@@ -254,7 +235,7 @@ def test_buffered_appends_journal_their_journal(kind: str) -> None:
     _skip_unless(kind)
     with fsimage.loop_filesystem(kind) as fs:
         path = fs.path("app.db-wal")
-        _zero_filled(path, 0)
+        preallocate_zeroed(path, 0)
 
         def body(ts: T.TraceSession) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -279,7 +260,7 @@ def test_appends_to_the_database_are_journal_but_not_joj() -> None:
     _skip_unless("ext4")
     with fsimage.loop_filesystem("ext4") as fs:
         path = fs.path("app.db")
-        _zero_filled(path, 0)
+        preallocate_zeroed(path, 0)
 
         def body(ts: T.TraceSession) -> None:
             fd = os.open(path, os.O_WRONLY | os.O_APPEND)
@@ -307,7 +288,7 @@ def test_deleted_rollback_journals(watched: bool) -> None:
     rounds, size = 20, 2 * BLOCK
     with fsimage.loop_filesystem("ext4") as fs:
         journal = fs.path("app.db-journal")
-        _zero_filled(fs.path("app.db"), 1)
+        preallocate_zeroed(fs.path("app.db"), 1)
 
         def body(ts: T.TraceSession) -> None:
             for _ in range(rounds):
