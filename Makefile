@@ -16,8 +16,16 @@ build:
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	ninja -C $(BUILD)
 
-deps:
+# An editable install (scikit-build-core compiles the C pieces into
+# site-packages; `make build` copies fresher ones into python/waldio/_lib,
+# which win). Redone only when pyproject.toml changes.
+DEPS_STAMP = $(BUILD)/.python-deps
+
+deps: $(DEPS_STAMP)
+
+$(DEPS_STAMP): pyproject.toml
 	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test,plot]'
+	@mkdir -p $(BUILD) && touch $@
 
 demo: build deps
 	$(PYTHON) -m waldio bench $(BENCH_ARGS)
