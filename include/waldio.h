@@ -18,7 +18,7 @@
 **      default VFS for the whole process and stays loaded.
 **
 ** Per-database options are URI parameters (file:x.db?waldio_layout=pad4k):
-**   waldio_layout    embed | pad4k | pad8k      (physical frame layout)
+**   waldio_layout    auto | embed | pad4k | pad8k (physical frame layout)
 **   waldio_sync      auto | persistent          (see below)
 **   waldio_io        direct | auto | buffered   (O_DIRECT policy)
 **   waldio_prealloc  bytes (K/M/G suffix ok)    (initial log size)
@@ -51,6 +51,9 @@ extern "C" {
 #define WALDIO_VFS_NAME      "waldio"
 
 /* Physical layouts of the log (docs/format.md §3). */
+#define WALDIO_LAYOUT_AUTO   0   /* embed where the database allows it (24+
+                                 ** reserved bytes, pages of whole blocks),
+                                 ** else pad4k: never refuses a database */
 #define WALDIO_LAYOUT_EMBED  1   /* frame header in the page's reserved tail:
                                  ** one frame = one page = whole blocks.
                                  ** Needs >= 24 reserved bytes per page. */
@@ -83,7 +86,7 @@ extern "C" {
 #define WALDIO_FCNTL_SELF    0x57414c01
 
 typedef struct waldio_options {
-  int layout;                 /* WALDIO_LAYOUT_*, default EMBED */
+  int layout;                 /* WALDIO_LAYOUT_*, default AUTO */
   int sync;                   /* WALDIO_SYNC_*, default AUTO */
   int io;                     /* WALDIO_IO_*, default DIRECT */
   long long prealloc_bytes;   /* initial log preallocation, default 4 MiB */

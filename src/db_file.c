@@ -67,34 +67,82 @@ static void close_shm_host(waldio_db_file *p){
   p->zShmHostName = 0;
 }
 
-/* The lower-VFS file whose shared memory is this database's wal-index. */
+/* The lower-VFS file whose shared memory is this database's wal-index. On
+** failure, nothing is left behind (an allocation failure is SQLITE_NOMEM). */
 static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
   sqlite3_vfs *pLower = p->pVfs->pLower;
   const char *azParam[2] = { "readonly_shm", "1" };
-  const char *zWal;
   int nParam, flags = 0;
 
   *pRc = SQLITE_OK;
   if( p->pShmHost ) return p->pShmHost;
-  zWal = sqlite3_filename_wal(p->zName);
+  if( !p->zWalPath ){
+    *pRc = waldio_error(SQLITE_CANTOPEN, "a database without a file name has"
+                        " no wal-index file");
+    return 0;
+  }
   nParam = sqlite3_uri_boolean(p->zName, "readonly_shm", 0) ? 1 : 0;
-  p->zShmHostName = sqlite3_create_filename(zWal, "", "", nParam, azParam);
+  p->zShmHostName = sqlite3_create_filename(p->zWalPath, "", "", nParam, azParam);
   p->pShmHost = sqlite3_malloc(pLower->szOsFile);
+  if( p->pShmHost ) memset(p->pShmHost, 0, pLower->szOsFile);
   if( !p->zShmHostName || !p->pShmHost ){
     close_shm_host(p);
     *pRc = SQLITE_NOMEM;
     return 0;
   }
-  memset(p->pShmHost, 0, pLower->szOsFile);
   *pRc = pLower->xOpen(pLower, p->zShmHostName, p->pShmHost,
                        SQLITE_OPEN_READWRITE|SQLITE_OPEN_MAIN_DB, &flags);
   if( *pRc==SQLITE_OK && p->pShmHost->pMethods->iVersion<2 ) *pRc = SQLITE_CANTOPEN;
   if( *pRc ){
-    waldio_error(*pRc, "%s: cannot open the wal-index of %s", p->zName, zWal);
+    if( *pRc!=SQLITE_NOMEM ){
+      waldio_error(*pRc, "%s: cannot open the wal-index of %s", p->zName,
+                   p->zWalPath);
+    }
     close_shm_host(p);
     return 0;
   }
   return p->pShmHost;
+}
+
+/* ------------------------------------------------ finding a WAL's database */
+
+/* The database file this thread used last: SQLite opens a WAL right after
+** reading its database file (pagerPagecount, lockBtree), on the same thread.
+** Only compared with the VFS's list of open files, never dereferenced
+** unless it is on that list. */
+static __thread waldio_db_file *t_lastDb;
+
+static void db_list_add(waldio_db_file *p){
+  waldio_vfs *v = p->pVfs;
+  pthread_mutex_lock(&v->dbMutex);
+  p->pNextDb = v->pDbList;
+  v->pDbList = p;
+  pthread_mutex_unlock(&v->dbMutex);
+}
+
+static void db_list_remove(waldio_db_file *p){
+  waldio_vfs *v = p->pVfs;
+  waldio_db_file **pp;
+  pthread_mutex_lock(&v->dbMutex);
+  for(pp=&v->pDbList; *pp; pp=&(*pp)->pNextDb){
+    if( *pp==p ){ *pp = p->pNextDb; break; }
+  }
+  pthread_mutex_unlock(&v->dbMutex);
+  if( t_lastDb==p ) t_lastDb = 0;
+}
+
+waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal){
+  waldio_db_file *p, *pFound = 0;
+  int nFree = 0;
+  pthread_mutex_lock(&v->dbMutex);
+  for(p=v->pDbList; p; p=p->pNextDb){
+    if( !p->zWalPath || strcmp(p->zWalPath, zWal)!=0 ) continue;
+    if( p==t_lastDb ){ pFound = p; break; }
+    if( !p->pWal ){ nFree++; if( !pFound ) pFound = p; }
+  }
+  pthread_mutex_unlock(&v->dbMutex);
+  if( pFound && pFound!=t_lastDb && nFree>1 ) pFound = 0;   /* ambiguous */
+  return pFound;
 }
 
 static int dbClose(sqlite3_file *f){
@@ -104,9 +152,13 @@ static int dbClose(sqlite3_file *f){
     p->pShmHost->pMethods->xShmUnmap(p->pShmHost, 0);
     close_shm_host(p);
   }
+  db_list_remove(p);
+  sqlite3_free(p->zWalPath);
+  p->zWalPath = 0;
   return o->pMethods ? o->pMethods->xClose(o) : SQLITE_OK;
 }
 static int dbRead(sqlite3_file *f, void *z, int n, sqlite3_int64 off){
+  t_lastDb = D(f);
   return ORIGFILE(f)->pMethods->xRead(ORIGFILE(f), z, n, off);
 }
 static int dbWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off){
@@ -119,10 +171,13 @@ static int dbSync(sqlite3_file *f, int flags){
   return ORIGFILE(f)->pMethods->xSync(ORIGFILE(f), flags);
 }
 static int dbFileSize(sqlite3_file *f, sqlite3_int64 *pSize){
+  t_lastDb = D(f);
   return ORIGFILE(f)->pMethods->xFileSize(ORIGFILE(f), pSize);
 }
 static int dbLock(sqlite3_file *f, int level){
-  int rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
+  int rc;
+  t_lastDb = D(f);
+  rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
   if( rc==SQLITE_OK ) D(f)->lockLevel = level;
   return rc;
 }
@@ -206,7 +261,7 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
     case SQLITE_FCNTL_COMMIT_PHASETWO:
       /* After SQLite released the WAL write lock: a durable group commit
       ** waits here for the group write carrying it (log_group.h). */
-      if( p->pWal && p->pWal->commitSeq ){
+      if( p->pWal && p->pWal->commitSeq && !log_inherited(p->pWal->pLog) ){
         u64 seq = p->pWal->commitSeq;
         p->pWal->commitSeq = 0;
         p->pWal->inCommit = 0;
@@ -217,7 +272,8 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       break;
     case SQLITE_FCNTL_CKPT_START:
       /* A checkpoint must never copy a frame that is not in the log yet. */
-      if( p->pWal && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF ){
+      if( p->pWal && !log_inherited(p->pWal->pLog)
+       && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF ){
         if( group_write_all(p->pWal->pLog)==SQLITE_OK && waldio_db_sync_level(p)>0 ){
           log_sync(p->pWal->pLog);
         }
@@ -347,16 +403,24 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   p->persistWal = -1;
   rc = waldio_options_from_uri(&p->opts, zName);
   if( rc ) return rc;
-  rc = pLower->xOpen(pLower, zName, ORIGFILE(p), flags, pOutFlags);
-  if( rc==SQLITE_OK ){
-    if( ORIGFILE(p)->pMethods->iVersion<2 ){
-      ORIGFILE(p)->pMethods->xClose(ORIGFILE(p));
-      return waldio_error(SQLITE_CANTOPEN, "%s: the VFS below waldio has no"
-                          " shared-memory methods", zName ? zName : "");
-    }
-    p->base.pMethods = &waldio_db_io_methods;
+  if( zName ){
+    p->zWalPath = sqlite3_mprintf("%s-wal", zName);
+    if( !p->zWalPath ) return SQLITE_NOMEM;
   }
-  return rc;
+  rc = pLower->xOpen(pLower, zName, ORIGFILE(p), flags, pOutFlags);
+  if( rc==SQLITE_OK && ORIGFILE(p)->pMethods->iVersion<2 ){
+    ORIGFILE(p)->pMethods->xClose(ORIGFILE(p));
+    rc = waldio_error(SQLITE_CANTOPEN, "%s: the VFS below waldio has no"
+                      " shared-memory methods", zName ? zName : "");
+  }
+  if( rc ){
+    sqlite3_free(p->zWalPath);
+    p->zWalPath = 0;
+    return rc;
+  }
+  p->base.pMethods = &waldio_db_io_methods;
+  db_list_add(p);
+  return SQLITE_OK;
 }
 
 waldio_db_file *waldio_db_of(sqlite3_file *pTop){

@@ -1,20 +1,39 @@
 /*
 ** log_open.c — opening and closing a waldio log: the per-process registry
-** (one waldio_log per inode), the flock discipline between processes
-** (wal_log.h, L5), and what block 0 says the file is.
+** (one waldio_log per inode, like os_unix.c's unixInodeInfo), the locks
+** between processes (log_lock.h, wal_log.h L5), fork (L6), and what block 0
+** says the file is.
 **
-** Block 0 decides (under LOCK_SH; anything that must write block 0 retries
-** under LOCK_EX, so two processes never initialize or convert a file at once):
-**   - empty or unrecognized file      -> format fresh: zero-fill the initial
-**                                        preallocation, write the superblock,
-**                                        fdatasync, fsync the directory;
-**   - waldio superblock                -> use it (set the guard, or switch
-**                                        an empty log to the asked layout);
-**   - standard SQLite WAL header       -> wal_convert.c re-lays the committed
-**                                        frames into a new file and renames
-**                                        it over the old one; reopen;
-**   - guard header, broken superblock  -> refuse (fail closed: the log may
-**                                        hold committed transactions).
+** Opening (attach_locked), with LOG_LOCK_INIT held exclusively (shared for a
+** read-only descriptor):
+**   1. The descriptor must still be the file at the path: a conversion in
+**      another process may have renamed a new log over it, and this process
+**      then holds the old, unlinked inode. If so, close and reopen.
+**   2. Block 0 decides:
+**        empty or unrecognized file     -> format fresh: zero-fill the
+**                                          initial preallocation, write the
+**                                          superblock, fdatasync, fsync the
+**                                          directory (needs "alone");
+**        waldio superblock              -> use it: set the guard if it is
+**                                          clear, switch an empty log to the
+**                                          asked layout (only when alone);
+**        standard SQLite WAL (3007000)  -> wal_convert.c re-lays the
+**                                          committed frames into a new file
+**                                          and renames it over the old one
+**                                          (needs alone); reopen;
+**        guard but broken superblock    -> refuse: the log may hold
+**                                          committed transactions.
+**      "Alone" is LOG_LOCK_USE taken exclusively without waiting.
+**   3. Take LOG_LOCK_USE shared (an atomic downgrade where step 2 took it
+**      exclusively) and release INIT. If a process in group mode holds USE
+**      exclusively, release INIT, wait and start again (bounded).
+** Every opener re-reads block 0 after its lock wait, so concurrent first
+** opens all succeed: the first formats, the others find the format done.
+**
+** Why the guard may be set without being alone: every read-write opener
+** sets it under INIT before it takes USE, and only an opener that is alone
+** clears it, so a clear guard seen under INIT means no read-write process
+** has the log open; read-only ones never write block 0.
 */
 #include "wal_log.h"
 #include "errors.h"
@@ -26,53 +45,126 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
-#define NEEDS_EXCLUSIVE 0x57455843   /* not an SQLite code: "retry under LOCK_EX" */
-#define LOCK_WAIT_MS 5000
+#define INIT_WAIT_MS 30000   /* INIT is held only for bounded work */
+#define GROUP_WAIT_MS 5000   /* a group-mode process holding USE */
+#define ATTACH_RETRY 0x57415454   /* not an SQLite code: "release, retry" */
+
+/* ------------------------------------------- process-wide: exit and fork */
+
+/* Every registry of this process (one per registered waldio VFS), for the
+** exit hook and the fork handlers: the only process-wide state of the log
+** layer, as os_unix.c keeps its inode list. */
+static pthread_mutex_t g_regMutex = PTHREAD_MUTEX_INITIALIZER;
+static log_registry *g_pRegistries;
+static volatile unsigned g_forkGen;
+
+/* Process exit: write what group commit still buffers and flush (a C
+** program may exit() without sqlite3_close()). Never an inherited log. */
+static void flush_at_exit(void){
+  log_registry *r;
+  pthread_mutex_lock(&g_regMutex);
+  for(r=g_pRegistries; r; r=r->pNextRegistry){
+    waldio_log *p;
+    pthread_mutex_lock(&r->mutex);
+    for(p=r->pList; p; p=p->pNext){
+      if( !log_inherited(p) && group_write_all(p)==SQLITE_OK ) log_sync(p);
+    }
+    pthread_mutex_unlock(&r->mutex);
+  }
+  pthread_mutex_unlock(&g_regMutex);
+}
+
+/* fork(): no registry mutex may be held by another thread at the moment of
+** the fork, or the child would deadlock on it. */
+static void before_fork(void){
+  log_registry *r;
+  pthread_mutex_lock(&g_regMutex);
+  for(r=g_pRegistries; r; r=r->pNextRegistry) pthread_mutex_lock(&r->mutex);
+}
+static void after_fork_parent(void){
+  log_registry *r;
+  for(r=g_pRegistries; r; r=r->pNextRegistry) pthread_mutex_unlock(&r->mutex);
+  pthread_mutex_unlock(&g_regMutex);
+}
+static void after_fork_child(void){
+  g_forkGen++;                       /* L6: every inherited log is foreign */
+  after_fork_parent();
+}
 
 void log_registry_init(log_registry *r){
+  static int hooked = 0;
   pthread_mutex_init(&r->mutex, 0);
   r->pList = 0;
-}
-
-void log_registry_flush(log_registry *r){
-  waldio_log *p;
-  pthread_mutex_lock(&r->mutex);
-  for(p=r->pList; p; p=p->pNext){
-    if( group_write_all(p)==SQLITE_OK ) log_sync(p);
+  pthread_mutex_lock(&g_regMutex);
+  if( !hooked ){
+    atexit(flush_at_exit);
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+    hooked = 1;
   }
-  pthread_mutex_unlock(&r->mutex);
+  r->pNextRegistry = g_pRegistries;
+  g_pRegistries = r;
+  pthread_mutex_unlock(&g_regMutex);
 }
 
+void log_registry_remove(log_registry *r){
+  log_registry **pp;
+  pthread_mutex_lock(&g_regMutex);
+  for(pp=&g_pRegistries; *pp; pp=&(*pp)->pNextRegistry){
+    if( *pp==r ){ *pp = r->pNextRegistry; break; }
+  }
+  pthread_mutex_unlock(&g_regMutex);
+}
 
-static int format_fresh(waldio_log *pLog, const waldio_options *o,
-                        int created){
+int log_inherited(const waldio_log *pLog){ return pLog->forkGen!=g_forkGen; }
+
+int log_inherited_error(const waldio_log *pLog){
+  return waldio_error(SQLITE_IOERR, "%s: this connection was opened before"
+      " fork(); a child process must open its own connections (SQLite"
+      " connections must not be carried across fork)", pLog->zPath);
+}
+
+/* ------------------------------------------------------------- block 0 */
+
+static int alone(waldio_log *pLog){
+  return log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE)==0;
+}
+
+static int in_use_error(waldio_log *pLog, const char *zWhat){
+  return waldio_error(SQLITE_BUSY, "%s: cannot %s the log while another"
+      " process has it open", pLog->zPath, zWhat);
+}
+
+static int format_fresh(waldio_log *pLog, const log_request *req){
   wal_superblock sb;
   const char *zWhy;
   i64 size, prealloc;
   int rc;
 
+  if( !alone(pLog) ) return in_use_error(pLog, "initialize");
   memset(&sb, 0, sizeof(sb));
   sb.flags = SB_FLAG_GUARD;
-  zWhy = wf_geometry(&sb.geo, (u32)o->layout, pLog->file.block, 0);
+  zWhy = wf_geometry(&sb.geo, (u32)req->layout, pLog->file.block, 0);
   if( zWhy ) return waldio_error(SQLITE_CANTOPEN, "%s: %s", pLog->zPath, zWhy);
   rc = dio_file_size(&pLog->file, &size);
   if( rc==SQLITE_OK && size>0 ) rc = dio_truncate(&pLog->file, 0);
   if( rc ) return rc;
   dio_set_nocow(&pLog->file);
-  prealloc = log_round_up(o->prealloc_bytes, pLog->file.block);
+  prealloc = log_round_up(req->opts->prealloc_bytes, pLog->file.block);
   if( prealloc<(i64)sb.geo.area + 8*(i64)pLog->file.block ){
     prealloc = sb.geo.area + 8*(i64)pLog->file.block;
   }
   rc = dio_zero_fill(&pLog->file, 0, prealloc);
   if( rc==SQLITE_OK ) rc = log_write_meta(pLog, &sb, META_ADVISORY);
   if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
-  if( rc==SQLITE_OK && created ) rc = dio_sync_dir(pLog->sys, pLog->zPath);
+  /* Always: a creator killed before its directory fsync leaves a name that
+  ** a crash could lose, whoever formats the file afterwards. */
+  if( rc==SQLITE_OK ) rc = dio_sync_dir(pLog->sys, pLog->zPath);
   if( rc ) return rc;
   pLog->physSize = prealloc;
   pLog->stats.prealloc_bytes += (u64)prealloc;
+  pLog->zLayoutWhy = req->zLayoutWhy;
   log_adopt_meta(pLog, &sb);
   return SQLITE_OK;
 }
@@ -89,8 +181,8 @@ static int relayout_empty(waldio_log *pLog, wal_superblock *sb, int layout){
   return log_write_meta(pLog, sb, META_ADVISORY);
 }
 
-static int use_existing(waldio_log *pLog, const waldio_options *o,
-                        wal_superblock *sb, i64 size, int canWrite){
+static int use_existing(waldio_log *pLog, const log_request *req,
+                        wal_superblock *sb, i64 size){
   int rc = SQLITE_OK;
   if( sb->format!=WALDIO_FORMAT ){
     return waldio_error(SQLITE_CANTOPEN, "%s: written by a waldio with log"
@@ -103,27 +195,28 @@ static int use_existing(waldio_log *pLog, const waldio_options *o,
         " (waldio detach) where it was created", pLog->zPath, sb->geo.block,
         pLog->file.offAlign);
   }
+  pLog->zLayoutWhy = "the log already has this layout (it holds frames, or"
+                     " another process has it open)";
   if( !pLog->file.readonly ){
-    int relayout = !(sb->flags & SB_FLAG_HAS_HEADER) && sb->geo.layout!=(u32)o->layout;
-    int guard = !(sb->flags & SB_FLAG_GUARD);
-    if( (relayout || guard) && !canWrite ) return NEEDS_EXCLUSIVE;
-    if( relayout ){
-      rc = relayout_empty(pLog, sb, o->layout);
-    }else if( guard ){
+    if( !(sb->flags & SB_FLAG_HAS_HEADER) && sb->geo.layout!=(u32)req->layout
+     && alone(pLog) ){
+      rc = relayout_empty(pLog, sb, req->layout);
+      pLog->zLayoutWhy = req->zLayoutWhy;
+    }else if( !(sb->flags & SB_FLAG_GUARD) ){
       sb->flags |= SB_FLAG_GUARD;          /* F4: in use from now on */
       rc = log_write_meta(pLog, sb, META_ADVISORY);
     }
+    if( sb->geo.layout==(u32)req->layout ) pLog->zLayoutWhy = req->zLayoutWhy;
   }
   pLog->physSize = size / sb->geo.block * sb->geo.block;
   log_adopt_meta(pLog, sb);
   return rc;
 }
 
-/* Inspect block 0 and bring the file into waldio format. Returns SQLITE_OK,
-** WALDIO_CONVERTED (reopen: the file was replaced), NEEDS_EXCLUSIVE (a write
-** is needed and !canWrite) or an error. canWrite: the caller holds LOCK_EX. */
-static int init_file(waldio_log *pLog, const waldio_options *o, int created,
-                     int canWrite){
+/* Inspect block 0 and bring the file into waldio format, INIT held.
+** Returns SQLITE_OK, WALDIO_CONVERTED (reopen: the file was replaced) or an
+** error. */
+static int init_file(waldio_log *pLog, const log_request *req){
   u8 aMeta[WALDIO_META_BYTES];
   wal_superblock sb;
   size_t got = 0;
@@ -138,7 +231,7 @@ static int init_file(waldio_log *pLog, const waldio_options *o, int created,
     rc = log_read_meta(pLog, aMeta, &got);
     if( rc ) return rc;
     d = wf_decode_block0(aMeta, &sb);
-    if( d>0 ) return use_existing(pLog, o, &sb, size, canWrite);
+    if( d>0 ) return use_existing(pLog, req, &sb, size);
     if( d<0 ){
       return waldio_error(SQLITE_CORRUPT, "%s: the waldio superblock is damaged;"
           " refusing to open a log that may hold committed transactions."
@@ -152,8 +245,9 @@ static int init_file(waldio_log *pLog, const waldio_options *o, int created,
               " read-write once (or checkpoint it with stock SQLite)",
               pLog->zPath);
         }
-        if( !canWrite ) return NEEDS_EXCLUSIVE;
-        return wal_convert_standard(pLog->sys, pLog->zPath, &pLog->file, o);
+        if( !alone(pLog) ) return in_use_error(pLog, "convert");
+        return wal_convert_standard(pLog->sys, pLog->zPath, &pLog->file,
+                                    req->opts, req->layout);
       }
       if( version==WALDIO_GUARD_VERSION ){
         return waldio_error(SQLITE_CORRUPT, "%s: waldio guard header without a"
@@ -168,44 +262,59 @@ static int init_file(waldio_log *pLog, const waldio_options *o, int created,
     return SQLITE_OK;
   }
   /* Empty, or nothing SQLite would recover either: start afresh. */
-  if( !canWrite ) return NEEDS_EXCLUSIVE;
-  return format_fresh(pLog, o, created || size==0);
+  return format_fresh(pLog, req);
 }
 
-/* flock with a bounded wait: 0, or the errno that stopped it. */
-static int flock_wait(waldio_log *pLog, int op, int ms){
-  int waited = 0;
-  while( pLog->sys->xFlock(pLog->file.fd, op|LOCK_NB) ){
-    if( errno!=EWOULDBLOCK && errno!=EINTR ) return errno;
-    if( waited++>=ms ) return EWOULDBLOCK;
-    usleep(1000);
+/* Step 1: is the descriptor still the file at the path? */
+static int same_file_as_path(waldio_log *pLog){
+  struct stat st;
+  if( pLog->sys->xStat(pLog->zPath, &st)==0
+   && st.st_dev==pLog->dev && st.st_ino==pLog->ino ){
+    return SQLITE_OK;
   }
-  return 0;
+  return WALDIO_CONVERTED;     /* replaced or removed meanwhile: reopen */
 }
 
-/* L5: hold LOCK_SH; take LOCK_EX only while block 0 must be written. */
-static int init_locked(waldio_log *pLog, const waldio_options *o, int created){
-  int rc, err;
-  if( pLog->file.readonly ) return init_file(pLog, o, created, 0);
-  if( (err = flock_wait(pLog, LOCK_SH, LOCK_WAIT_MS))!=0 ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: another process uses this"
-        " database with waldio group commit, which needs it alone (%s);"
-        " close it there first", pLog->zPath, strerror(err));
+/* L5: the open protocol (see the top of this file). */
+static int attach_locked(waldio_log *pLog, const log_request *req){
+  const waldio_syscalls *sys = pLog->sys;
+  int fd = pLog->file.fd;
+  int initMode = pLog->file.readonly ? LOG_SHARED : LOG_EXCLUSIVE;
+  int waited = 0, err, rc;
+
+  for(;;){
+    err = log_lock_wait(sys, fd, LOG_LOCK_INIT, initMode, INIT_WAIT_MS);
+    if( err ){
+      return waldio_error(SQLITE_CANTOPEN, "%s: cannot lock the log to open"
+          " it (%s): another process held it for more than %d s",
+          pLog->zPath, strerror(err), INIT_WAIT_MS/1000);
+    }
+    rc = same_file_as_path(pLog);
+    if( rc==SQLITE_OK ) rc = init_file(pLog, req);
+    if( rc==SQLITE_OK ){
+      err = log_lock(sys, fd, LOG_LOCK_USE, LOG_SHARED);
+      if( err ) rc = err==EAGAIN ? ATTACH_RETRY : SQLITE_CANTOPEN;
+    }
+    if( rc!=SQLITE_OK && rc!=ATTACH_RETRY ){
+      log_lock(sys, fd, LOG_LOCK_USE, LOG_UNLOCKED);
+    }
+    log_lock(sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
+    if( rc!=ATTACH_RETRY ) return rc;
+    if( waited>=GROUP_WAIT_MS ){
+      return waldio_error(SQLITE_CANTOPEN, "%s: another process uses this"
+          " database with waldio group commit, which needs it alone; close it"
+          " there first", pLog->zPath);
+    }
+    usleep(2000);
+    waited += 2;
   }
-  rc = init_file(pLog, o, created, 0);
-  if( rc!=NEEDS_EXCLUSIVE ) return rc;
-  if( (err = flock_wait(pLog, LOCK_EX, LOCK_WAIT_MS))!=0 ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: cannot get exclusive use of the"
-        " log to initialize it (%s)", pLog->zPath, strerror(err));
-  }
-  rc = init_file(pLog, o, created, 1);
-  if( rc==SQLITE_OK ) pLog->sys->xFlock(pLog->file.fd, LOCK_SH);
-  return rc;
 }
 
-static void apply_owner(waldio_log *pLog, mode_t mode, uid_t uid, gid_t gid){
-  pLog->sys->xFchmod(pLog->file.fd, mode);
-  if( geteuid()==0 ) pLog->sys->xFchown(pLog->file.fd, uid, gid);
+/* ------------------------------------------------------- the log object */
+
+static void apply_owner(waldio_log *pLog, const log_request *req){
+  pLog->sys->xFchmod(pLog->file.fd, req->mode);
+  if( geteuid()==0 ) pLog->sys->xFchown(pLog->file.fd, req->uid, req->gid);
 }
 
 static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
@@ -216,10 +325,12 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
   if( !pLog->zPath ){ free(pLog); return 0; }
   pLog->sys = sys;
   pLog->file.fd = -1;
+  pLog->forkGen = g_forkGen;
   pLog->preallocInitial = o->prealloc_bytes;
   pLog->cacheBudget = o->cache_bytes;
   pLog->flushMs = o->flush_ms;
   pthread_mutex_init(&pLog->mutex, 0);
+  pthread_mutex_init(&pLog->growMutex, 0);
   group_init(&pLog->group);
   pLog->group.capBytes = o->group_bytes;
   pLog->group.intervalMs = o->group_ms;
@@ -227,31 +338,32 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
 }
 
 static void log_free(waldio_log *pLog){
-  dio_close(&pLog->file);
+  dio_close(&pLog->file);     /* drops this process's locks (L5) */
   group_free(&pLog->group);
   frame_cache_free(&pLog->cache);
+  pthread_mutex_destroy(&pLog->growMutex);
   pthread_mutex_destroy(&pLog->mutex);
   free(pLog->zPath);
   free(pLog);
 }
 
 /* Open the file, then either share an already-open log of the same inode
-** or initialize this one. Returns WALDIO_CONVERTED to ask for a retry. */
-static int open_once(log_registry *r, waldio_log *pLog, const waldio_options *o,
-                     const char *zStockShm, mode_t mode, uid_t uid, gid_t gid,
+** or attach this one. Returns WALDIO_CONVERTED to ask for a retry. */
+static int open_once(log_registry *r, waldio_log *pLog, const log_request *req,
                      waldio_log **ppLog){
   struct stat st;
   waldio_log *p;
   int created = 0, rc;
 
-  rc = dio_open(&pLog->file, pLog->sys, pLog->zPath, o->io, mode, &created);
+  rc = dio_open(&pLog->file, pLog->sys, pLog->zPath, req->opts->io, req->mode,
+                &created);
   if( rc ) return rc;
-  if( created ) apply_owner(pLog, mode, uid, gid);
+  if( created ) apply_owner(pLog, req);
   if( pLog->sys->xFstat(pLog->file.fd, &st) ){
     return waldio_errno(SQLITE_CANTOPEN, errno, "cannot stat log", pLog->zPath);
   }
   for(p=r->pList; p; p=p->pNext){
-    if( p->dev==st.st_dev && p->ino==st.st_ino ){
+    if( p->dev==st.st_dev && p->ino==st.st_ino && !log_inherited(p) ){
       p->nRef++;
       *ppLog = p;
       return SQLITE_OK;
@@ -259,13 +371,13 @@ static int open_once(log_registry *r, waldio_log *pLog, const waldio_options *o,
   }
   pLog->dev = st.st_dev;
   pLog->ino = st.st_ino;
-  if( zStockShm && stock_sqlite_active(zStockShm) ){
+  if( req->zStockShm && stock_sqlite_active(req->zStockShm) ){
     return waldio_error(SQLITE_CANTOPEN, "%s: the database is open in SQLite"
         " without waldio (a process holds %s); close it there first: waldio"
         " and stock SQLite cannot share a database at the same time",
-        pLog->zPath, zStockShm);
+        pLog->zPath, req->zStockShm);
   }
-  rc = init_locked(pLog, o, created);
+  rc = attach_locked(pLog, req);
   if( rc ) return rc;
   pLog->nRef = 1;
   pLog->pNext = r->pList;
@@ -275,15 +387,14 @@ static int open_once(log_registry *r, waldio_log *pLog, const waldio_options *o,
 }
 
 int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
-                const char *zStockShm, const waldio_options *o, mode_t mode,
-                uid_t uid, gid_t gid, waldio_log **ppLog){
+                const log_request *req, waldio_log **ppLog){
   int attempt, rc = SQLITE_OK;
   *ppLog = 0;
   pthread_mutex_lock(&r->mutex);
-  for(attempt=0; attempt<4; attempt++){
-    waldio_log *pLog = log_new(sys, zPath, o);
+  for(attempt=0; attempt<8; attempt++){
+    waldio_log *pLog = log_new(sys, zPath, req->opts);
     if( !pLog ){ rc = SQLITE_NOMEM; break; }
-    rc = open_once(r, pLog, o, zStockShm, mode, uid, gid, ppLog);
+    rc = open_once(r, pLog, req, ppLog);
     if( *ppLog!=pLog ) log_free(pLog);   /* shared an open log, or failed */
     if( rc!=WALDIO_CONVERTED ) break;
     *ppLog = 0;
@@ -296,19 +407,47 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
   return rc;
 }
 
-void log_release(log_registry *r, waldio_log *pLog){
+/* The last close after a clean checkpoint: drop the generation, and the
+** guard if no other process has the log open (F4). */
+static int close_clean(waldio_log *pLog){
+  int fd = pLog->file.fd, rc = SQLITE_OK;
+  if( pLog->file.readonly ) return SQLITE_OK;
+  if( log_lock_wait(pLog->sys, fd, LOG_LOCK_INIT, LOG_EXCLUSIVE, INIT_WAIT_MS) ){
+    return SQLITE_OK;          /* advisory: the log stays guarded */
+  }
+  rc = log_set_empty(pLog, !alone(pLog));
+  log_lock(pLog->sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
+  return rc;
+}
+
+int log_release(log_registry *r, waldio_log *pLog, int clean){
   waldio_log **pp;
+  int rc = SQLITE_OK;
   pthread_mutex_lock(&r->mutex);
   if( --pLog->nRef>0 ){
     pthread_mutex_unlock(&r->mutex);
-    return;
+    return SQLITE_OK;
   }
   for(pp=&r->pList; *pp; pp=&(*pp)->pNext){
     if( *pp==pLog ){ *pp = pLog->pNext; break; }
   }
   pthread_mutex_unlock(&r->mutex);
+  if( log_inherited(pLog) ){
+    /* L6: the parent's object. Its mutexes may have been copied locked and
+    ** its flusher thread does not exist here: close the descriptor (the
+    ** parent's open file and locks live on) and free the memory only. */
+    dio_close(&pLog->file);
+    dio_free(pLog->group.aBuf);
+    dio_free(pLog->group.aFlight);
+    frame_cache_free(&pLog->cache);
+    free(pLog->zPath);
+    free(pLog);
+    return SQLITE_OK;
+  }
   flusher_stop(pLog);
-  group_write_all(pLog);   /* G4: nothing buffered outlives the log */
-  log_sync(pLog);          /* keep the flush bound even at close */
+  rc = group_write_all(pLog);        /* G4: nothing buffered outlives the log */
+  if( rc==SQLITE_OK ) rc = log_sync(pLog);   /* the flush bound holds at close */
+  if( rc==SQLITE_OK && clean ) rc = close_clean(pLog);
   log_free(pLog);
+  return rc;
 }

@@ -81,13 +81,14 @@ static char *status_json(waldio_db_file *p){
     hasGen = (pLog->sb.flags & SB_FLAG_HAS_HEADER)!=0;
     pthread_mutex_unlock(&pLog->mutex);
     char *zWal = json_str(pLog->zPath), *zSrc = json_str(f->zDioSource);
-    z = sqlite3_mprintf("%z,\"wal\":%s,\"layout\":\"%s\",\"io\":\"%s\","
+    char *zWhy = json_str(pLog->zLayoutWhy ? pLog->zLayoutWhy : "");
+    z = sqlite3_mprintf("%z,\"wal\":%s,\"layout\":\"%s\",\"layout_reason\":%s,\"io\":\"%s\","
         "\"fs\":\"%s\",\"page_size\":%u,\"block_size\":%u,\"header_area\":%u,"
         "\"frame_bytes\":%u,\"preallocated_bytes\":%lld,"
         "\"preallocated_frames\":%lld,\"holds_frames\":%s,"
         "\"dio_offset_align\":%u,\"dio_mem_align\":%u,\"dio_align_source\":%s,"
         "\"write_zeroes\":\"%s\",\"cache_frames\":%u,\"readonly\":%s", z,
-        zWal, waldio_layout_name((int)g.layout),
+        zWal, waldio_layout_name((int)g.layout), zWhy,
         f->direct ? "direct" : "buffered", f->zFs, g.page, g.block, g.area,
         g.slot, (long long)phys,
         (long long)(g.slot ? (phys - g.area) / g.slot : 0),
@@ -96,6 +97,7 @@ static char *status_json(waldio_db_file *p){
         pLog->cache.nSlot, f->readonly ? "true" : "false");
     sqlite3_free(zWal);
     sqlite3_free(zSrc);
+    sqlite3_free(zWhy);
   }
   return z ? sqlite3_mprintf("%z}", z) : 0;
 }

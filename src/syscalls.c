@@ -7,7 +7,6 @@
 #include <fcntl.h>
 #include <stddef.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -17,6 +16,9 @@ static int sys_open(const char *path, int flags, mode_t mode){
 }
 static int sys_ioctl(int fd, unsigned long req, void *arg){
   return ioctl(fd, req, arg);
+}
+static int sys_lock(int fd, int cmd, struct flock *fl){
+  return fcntl(fd, cmd, fl);
 }
 
 void waldio_syscalls_default(waldio_syscalls *t){
@@ -32,7 +34,8 @@ void waldio_syscalls_default(waldio_syscalls *t){
   t->xFstat = fstat;
   t->xFstatfs = fstatfs;
   t->xStatx = statx;
-  t->xFlock = flock;
+  t->xLock = sys_lock;
+  t->xStat = stat;
   t->xIoctl = sys_ioctl;
   t->xRename = rename;
   t->xUnlink = unlink;
@@ -53,7 +56,8 @@ static const struct { const char *zName; size_t off; } aName[] = {
   { "waldio_fstat",     offsetof(waldio_syscalls, xFstat) },
   { "waldio_fstatfs",   offsetof(waldio_syscalls, xFstatfs) },
   { "waldio_statx",     offsetof(waldio_syscalls, xStatx) },
-  { "waldio_flock",     offsetof(waldio_syscalls, xFlock) },
+  { "waldio_lock",      offsetof(waldio_syscalls, xLock) },
+  { "waldio_stat",      offsetof(waldio_syscalls, xStat) },
   { "waldio_ioctl",     offsetof(waldio_syscalls, xIoctl) },
   { "waldio_rename",    offsetof(waldio_syscalls, xRename) },
   { "waldio_unlink",    offsetof(waldio_syscalls, xUnlink) },

@@ -15,6 +15,7 @@
 #include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/uio.h>
+#include <fcntl.h>
 
 typedef struct waldio_syscalls {
   int (*xOpen)(const char *path, int flags, mode_t mode);
@@ -31,7 +32,8 @@ typedef struct waldio_syscalls {
   int (*xFstatfs)(int fd, struct statfs *st);
   int (*xStatx)(int dirfd, const char *path, int flags, unsigned mask,
                 struct statx *st);
-  int (*xFlock)(int fd, int op);
+  int (*xLock)(int fd, int cmd, struct flock *fl);   /* fcntl(F_OFD_*) */
+  int (*xStat)(const char *path, struct stat *st);
   int (*xIoctl)(int fd, unsigned long req, void *arg);
   int (*xRename)(const char *from, const char *to);
   int (*xUnlink)(const char *path);

@@ -132,8 +132,10 @@ static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   sqlite3_result_text(ctx, zMsg, -1, SQLITE_TRANSIENT);
 }
 
-/* An empty main database that will embed frame headers gets its reserve
-** now, while the page size is still open (SQLITE_FCNTL_RESERVE_BYTES). */
+/* An empty main database that may embed frame headers gets its reserve
+** now, while the page size is still open (SQLITE_FCNTL_RESERVE_BYTES).
+** Databases that miss it (ATTACHed ones, or after sqlite3_reset_auto_
+** extension()) are not refused: the auto layout pads instead. */
 static void reserve_for_embedding(sqlite3 *db){
   sqlite3_file *pTop = 0;
   waldio_db_file *p;
@@ -141,7 +143,7 @@ static void reserve_for_embedding(sqlite3 *db){
   int n = RESERVE_FOR_EMBED;
   if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pTop)
    || (p = waldio_db_of(pTop))==0
-   || p->opts.layout!=WALDIO_LAYOUT_EMBED ){
+   || (p->opts.layout!=WALDIO_LAYOUT_EMBED && p->opts.layout!=WALDIO_LAYOUT_AUTO) ){
     return;
   }
   if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
@@ -160,49 +162,24 @@ int waldio_connection_setup(sqlite3 *db){ return connection_setup(db, 0, 0); }
 
 /* -------------------------------------------------------- registration */
 
-/* Every registered waldio VFS, so that process exit can write what group
-** commit still buffers (a C program may exit() without sqlite3_close()).
-** Besides the registered VFSes themselves, the only process-wide state. */
-static pthread_mutex_t g_vfsMutex = PTHREAD_MUTEX_INITIALIZER;
-static waldio_vfs *g_pVfsList;
-
-static void flush_at_exit(void){
-  waldio_vfs *v;
-  pthread_mutex_lock(&g_vfsMutex);
-  for(v=g_pVfsList; v; v=v->pNextVfs) log_registry_flush(&v->registry);
-  pthread_mutex_unlock(&g_vfsMutex);
-}
-
-static void remember_vfs(waldio_vfs *v){
-  pthread_mutex_lock(&g_vfsMutex);
-  if( !g_pVfsList ) atexit(flush_at_exit);
-  v->pNextVfs = g_pVfsList;
-  g_pVfsList = v;
-  pthread_mutex_unlock(&g_vfsMutex);
-}
-
-static void forget_vfs(waldio_vfs *v){
-  waldio_vfs **pp;
-  pthread_mutex_lock(&g_vfsMutex);
-  for(pp=&g_pVfsList; *pp; pp=&(*pp)->pNextVfs){
-    if( *pp==v ){ *pp = v->pNextVfs; break; }
-  }
-  pthread_mutex_unlock(&g_vfsMutex);
-}
-
+/* The synchronous level SQLite applies to a WAL database whose application
+** never set one: SQLITE_DEFAULT_WAL_SYNCHRONOUS, which defaults to
+** SQLITE_DEFAULT_SYNCHRONOUS, which defaults to FULL (sqliteInt.h). */
 static int sync_level_default(void){
-  static const char *az[] = { "DEFAULT_WAL_SYNCHRONOUS=0",
-    "DEFAULT_WAL_SYNCHRONOUS=1", "DEFAULT_WAL_SYNCHRONOUS=2",
-    "DEFAULT_WAL_SYNCHRONOUS=3" };
-  int i;
-  for(i=0; i<4; i++){
-    if( sqlite3_compileoption_used(az[i]) ) return i;
+  static const char *azOpt[] = { "DEFAULT_WAL_SYNCHRONOUS=", "DEFAULT_SYNCHRONOUS=" };
+  int i, level;
+  for(i=0; i<2; i++){
+    for(level=0; level<=3; level++){
+      char z[48];
+      sqlite3_snprintf(sizeof(z), z, "%s%d", azOpt[i], level);
+      if( sqlite3_compileoption_used(z) ) return level;
+    }
   }
-  return 2;   /* SQLite's own default: FULL */
+  return 2;
 }
 
 static int check_options(const waldio_options *o){
-  if( o->layout<WALDIO_LAYOUT_EMBED || o->layout>WALDIO_LAYOUT_PAD8K
+  if( o->layout<WALDIO_LAYOUT_AUTO || o->layout>WALDIO_LAYOUT_PAD8K
    || (o->sync!=WALDIO_SYNC_AUTO && o->sync!=WALDIO_SYNC_PERSISTENT)
    || o->io<WALDIO_IO_DIRECT || o->io>WALDIO_IO_BUFFERED
    || o->prealloc_bytes<WALDIO_MIN_PREALLOC || o->cache_bytes<0
@@ -241,7 +218,12 @@ int waldio_register(const char *zName, int makeDefault,
                           " waldio", zName);
     }
     V(pExisting)->opts = o;
-    return makeDefault ? sqlite3_vfs_register(pExisting, 1) : SQLITE_OK;
+    /* Registering again after sqlite3_shutdown() + sqlite3_initialize()
+    ** (which drop auto-extensions and make "unix" the default again) must
+    ** restore both; sqlite3_auto_extension() ignores a duplicate. */
+    rc = makeDefault ? sqlite3_vfs_register(pExisting, 1) : SQLITE_OK;
+    if( rc==SQLITE_OK ) rc = sqlite3_auto_extension((void(*)(void))connection_setup);
+    return rc;
   }
   pLower = sqlite3_vfs_find(0);
   if( is_waldio_vfs(pLower) ) pLower = V(pLower)->pLower;
@@ -263,7 +245,6 @@ int waldio_register(const char *zName, int makeDefault,
   v->opts = o;
   v->defaultSyncLevel = sync_level_default();
   waldio_syscalls_default(&v->sys);
-  log_registry_init(&v->registry);
   rc = sqlite3_vfs_register(&v->base, makeDefault);
   if( rc==SQLITE_OK ){
     rc = sqlite3_auto_extension((void(*)(void))connection_setup);
@@ -273,7 +254,8 @@ int waldio_register(const char *zName, int makeDefault,
     free(v);
     return waldio_error(rc, "cannot register the VFS \"%s\"", zName);
   }
-  remember_vfs(v);
+  pthread_mutex_init(&v->dbMutex, 0);
+  log_registry_init(&v->registry);
   return SQLITE_OK;
 }
 
@@ -292,7 +274,8 @@ int waldio_unregister(const char *zName){
   }
   pthread_mutex_unlock(&v->registry.mutex);
   sqlite3_vfs_unregister(p);
-  forget_vfs(v);
+  log_registry_remove(&v->registry);
+  pthread_mutex_destroy(&v->dbMutex);
   free(v);
   return SQLITE_OK;
 }

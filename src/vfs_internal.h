@@ -9,10 +9,13 @@
 **                    SQLite's logical WAL reads and writes to the shared
 **                    physical waldio_log.
 **
-** A WAL handle finds its database wrapper at open through
-** sqlite3_database_file_object() (or WALDIO_FCNTL_SELF when another shim is
-** stacked above waldio). SQLite closes the WAL before the database, so the
-** pointers between the two never dangle.
+** A WAL handle finds its database wrapper at open among the VFS's open
+** database files: the one whose WAL path is the WAL's name and which this
+** thread used last (SQLite opens a WAL right after reading its database
+** file, on the same thread). It never dereferences the WAL name as an
+** SQLite-allocated filename (sqlite3_database_file_object()): a shim stacked
+** above waldio may pass its own copy. SQLite closes the WAL before the
+** database, so the pointers between the two never dangle.
 */
 #ifndef WALDIO_VFS_INTERNAL_H
 #define WALDIO_VFS_INTERNAL_H
@@ -24,11 +27,12 @@
 
 typedef struct waldio_vfs {
   sqlite3_vfs base;          /* base.pAppData points back here */
-  struct waldio_vfs *pNextVfs; /* every registered waldio VFS (atexit) */
   sqlite3_vfs *pLower;
   waldio_options opts;
   waldio_syscalls sys;
   log_registry registry;
+  pthread_mutex_t dbMutex;   /* guards pDbList */
+  struct waldio_db_file *pDbList;   /* open database files (WAL binding) */
   int defaultSyncLevel;      /* SQLite's compile-time WAL synchronous */
   char zName[64];
 } waldio_vfs;
@@ -41,6 +45,8 @@ typedef struct waldio_db_file {
   waldio_options opts;       /* VFS defaults + URI parameters + PRAGMAs */
   waldio_wal_file *pWal;     /* this connection's open WAL, or NULL */
   const char *zName;
+  char *zWalPath;            /* zName + "-wal" (sqlite3_malloc) */
+  struct waldio_db_file *pNextDb;   /* waldio_vfs.pDbList */
   int lockLevel;             /* SQLITE_LOCK_* held on the database file */
   int syncLevel;             /* PRAGMA synchronous as set, -1 = default */
   int leavingWal;            /* journal_mode set to a rollback mode */
@@ -81,12 +87,15 @@ extern const sqlite3_io_methods waldio_db_io_methods;
 int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
                    int flags, int *pOutFlags);
 waldio_db_file *waldio_db_of(sqlite3_file *pTop);
+/* The open database file a WAL named zWal belongs to (see above), or NULL. */
+waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
 int waldio_db_sync_level(const waldio_db_file *p);
 
 /* wal_file.c */
 int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
                     int flags, int *pOutFlags);
 int waldio_wal_flush(waldio_wal_file *p);
+int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */

@@ -54,14 +54,24 @@ static int scan_frames(const waldio_syscalls *sys, std_wal *w, u8 *aFrame){
   return SQLITE_OK;
 }
 
-static int open_std(const waldio_syscalls *sys, const char *zPath, std_wal *w){
-  struct stat st;
-  u32 version;
+/* Open the standard WAL for buffered reading. It must be the very file the
+** caller holds locked (oldFile): reading by path a file that another
+** process has just replaced would convert the wrong file. */
+static int open_std(const waldio_syscalls *sys, const char *zPath,
+                    const dio_file *oldFile, std_wal *w){
+  struct stat st, stOld;
+  u32 version = 0;
   memset(w, 0, sizeof(*w));
   w->fd = sys->xOpen(zPath, O_RDONLY|O_CLOEXEC, 0);
   if( w->fd<0 ) return waldio_errno(SQLITE_CANTOPEN, errno, "cannot read", zPath);
-  if( sys->xFstat(w->fd, &st) || read_at(sys, w->fd, w->aHdr, WAL_HDR_BYTES, 0)
-   || !wf_parse_sqlite_header(w->aHdr, &version, &w->page) ){
+  if( sys->xFstat(w->fd, &st) || sys->xFstat(oldFile->fd, &stOld)
+   || st.st_dev!=stOld.st_dev || st.st_ino!=stOld.st_ino ){
+    return waldio_error(SQLITE_BUSY, "%s: the log was replaced while it was"
+                        " being converted", zPath);
+  }
+  if( read_at(sys, w->fd, w->aHdr, WAL_HDR_BYTES, 0)
+   || !wf_parse_sqlite_header(w->aHdr, &version, &w->page)
+   || version!=WAL_FORMAT_VERSION ){
     return waldio_error(SQLITE_CANTOPEN, "%s: cannot read its WAL header", zPath);
   }
   w->nFrame = (u32)((st.st_size - WAL_HDR_BYTES)
@@ -97,7 +107,7 @@ static int copy_frames(const waldio_syscalls *sys, const char *zPath,
 
 static int write_new_log(const waldio_syscalls *sys, const char *zPath,
                          const char *zTmp, std_wal *w, const waldio_options *o,
-                         mode_t mode){
+                         int layout, mode_t mode){
   dio_file out;
   wal_superblock sb;
   const char *zWhy;
@@ -108,7 +118,7 @@ static int write_new_log(const waldio_syscalls *sys, const char *zPath,
   rc = dio_open(&out, sys, zTmp, o->io, mode, &created);
   if( rc ) return rc;
   memset(&sb, 0, sizeof(sb));
-  zWhy = wf_geometry(&sb.geo, (u32)o->layout, out.block, w->page);
+  zWhy = wf_geometry(&sb.geo, (u32)layout, out.block, w->page);
   if( zWhy ){
     rc = waldio_error(SQLITE_CANTOPEN, "%s: cannot convert a WAL of %u-byte"
                       " pages: %s", zPath, w->page, zWhy);
@@ -141,14 +151,15 @@ done:
 }
 
 int wal_convert_standard(const waldio_syscalls *sys, const char *zPath,
-                         dio_file *oldFile, const waldio_options *o){
+                         dio_file *oldFile, const waldio_options *o,
+                         int layout){
   std_wal w;
   struct stat st;
   char zTmp[4200];
   u8 *aFrame;
   int rc;
 
-  rc = open_std(sys, zPath, &w);
+  rc = open_std(sys, zPath, oldFile, &w);
   if( rc==SQLITE_OK ){
     aFrame = malloc(w.page + WAL_FRAME_HDR_BYTES);
     rc = aFrame ? scan_frames(sys, &w, aFrame) : SQLITE_NOMEM;
@@ -159,7 +170,7 @@ int wal_convert_standard(const waldio_syscalls *sys, const char *zPath,
   }
   if( rc==SQLITE_OK ){
     snprintf(zTmp, sizeof(zTmp), "%s.waldio-convert", zPath);
-    rc = write_new_log(sys, zPath, zTmp, &w, o, st.st_mode & 0777);
+    rc = write_new_log(sys, zPath, zTmp, &w, o, layout, st.st_mode & 0777);
   }
   if( rc==SQLITE_OK && sys->xRename(zTmp, zPath) ){
     rc = waldio_errno(SQLITE_CANTOPEN, errno, "cannot rename converted log to", zPath);

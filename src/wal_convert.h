@@ -19,9 +19,11 @@
 /* Not an SQLite code: "the file was replaced, open it again". */
 #define WALDIO_CONVERTED 0x57434e56
 
-/* oldFile is the open standard WAL at zPath (caller holds its flock).
+/* oldFile is the open standard WAL at zPath; the caller holds its
+** LOG_LOCK_INIT and is alone (log_lock.h). The new log gets `layout`.
 ** Returns WALDIO_CONVERTED after a successful rename, or an error. */
 int wal_convert_standard(const waldio_syscalls *sys, const char *zPath,
-                         dio_file *oldFile, const waldio_options *o);
+                         dio_file *oldFile, const waldio_options *o,
+                         int layout);
 
 #endif

@@ -159,9 +159,16 @@ void waldio_wal_discard(waldio_wal_file *p){
   p->inCommit = 0;
 }
 
+/* L6 (wal_log.h): a handle inherited through fork() does nothing at all. */
+int waldio_wal_usable(waldio_wal_file *p){
+  return log_inherited(p->pLog) ? log_inherited_error(p->pLog) : SQLITE_OK;
+}
+
 int waldio_wal_flush(waldio_wal_file *p){
   u32 frame = p->pendingFrame;
-  int rc = flush_batch(p);
+  int rc = waldio_wal_usable(p);
+  if( rc ) return rc;
+  rc = flush_batch(p);
   if( rc || frame==0 ) return rc;
   p->pendingFrame = 0;
   return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, p->aPending, LOG_WRITE_OTHER);
@@ -241,6 +248,8 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   int rc, dsync, arm;
 
   p->lastReadFrame = 0;
+  rc = waldio_wal_usable(p);
+  if( rc ) return rc;
   if( log_is_readonly(p->pLog) ){
     return waldio_error(SQLITE_READONLY, "%s: the log is read-only", p->pLog->zPath);
   }
@@ -360,6 +369,8 @@ static int walSync(sqlite3_file *pFile, int flags){
   int rc;
   (void)flags;
   p->lastReadFrame = 0;
+  rc = waldio_wal_usable(p);
+  if( rc ) return rc;
   if( p->inCommit ){
     /* A group commit's own sync: durability comes from the group write
     ** (async: its deadline; durable: COMMIT_PHASETWO waits for it). */
@@ -395,19 +406,18 @@ static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
 static int walClose(sqlite3_file *pFile){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   waldio_vfs *v = p->pDb->pVfs;
-  int rc = waldio_wal_flush(p);
-  if( rc==SQLITE_OK && p->closeClean ){
-    /* Fully checkpointed by the last connection anywhere: drop the
-    ** generation and the guard, so the next open recovers nothing and stock
-    ** SQLite may open the database (wal_format.c F4). */
-    rc = log_set_empty(p->pLog, 0);
-  }
+  int inherited = log_inherited(p->pLog);
+  int rc = inherited ? SQLITE_OK : waldio_wal_flush(p);
+  int rc2;
   if( p->pDb->pWal==p ) p->pDb->pWal = 0;
-  log_release(&v->registry, p->pLog);
+  /* closeClean: fully checkpointed by the last connection anywhere; the
+  ** log drops the generation (and the guard, wal_format.c F4), so the next
+  ** open recovers nothing and stock SQLite may open the database. */
+  rc2 = log_release(&v->registry, p->pLog, rc==SQLITE_OK && p->closeClean && !inherited);
   dio_free(p->aSlot);
   dio_free(p->aBatch);
   p->aSlot = p->aBatch = 0;
-  return rc;
+  return rc ? rc : rc2;
 }
 
 static int walLock(sqlite3_file *f, int l){ (void)f; (void)l; return SQLITE_OK; }
@@ -444,31 +454,26 @@ static int read_db_header(waldio_db_file *db, u32 *pPage, u32 *pReserve){
   return SQLITE_OK;
 }
 
-/* The layout of an existing waldio log at zPath, or 0. */
-static u32 existing_layout(const char *zPath){
-  u8 meta[WALDIO_META_BYTES];
-  wal_superblock sb;
-  FILE *f = fopen(zPath, "rb");
-  size_t n = f ? fread(meta, 1, sizeof(meta), f) : 0;
-  if( f ) fclose(f);
-  return n==sizeof(meta) && wf_decode_block0(meta, &sb)==1 ? sb.geo.layout : 0;
-}
-
-/* Before touching the log: a database without room for embedded headers is
-** refused with the fix, unless its existing log uses a padding layout. */
-static int check_reserve(waldio_db_file *db, const char *zWal){
-  u32 page, reserve, layout;
+/* The layout this database's log should have (wal_format.c
+** wf_choose_layout: auto means embed where possible, else pad4k). The block
+** size is the file system's, which the log will use too. */
+static int choose_layout(waldio_db_file *db, log_request *req){
+  struct stat st;
+  u32 page, reserve, block = 4096;
   int rc = read_db_header(db, &page, &reserve);
-  if( rc || page==0 || reserve>=WAL_FRAME_HDR_BYTES ) return rc;
-  layout = existing_layout(zWal);
-  if( layout ? layout!=WALDIO_LAYOUT_EMBED : db->opts.layout!=WALDIO_LAYOUT_EMBED ){
-    return SQLITE_OK;
+  if( rc ) return rc;
+  if( stat(db->zName, &st)==0 && st.st_blksize>block ) block = (u32)st.st_blksize;
+  req->layout = (int)wf_choose_layout((u32)db->opts.layout, block, page,
+                                      reserve, &req->zLayoutWhy);
+  if( req->layout==0 ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: waldio_layout=%s cannot be used"
+        " with page size %u and %u reserved bytes on %u-byte blocks: %s."
+        " Convert the database once with `waldio convert %s` (24 reserved"
+        " bytes, VACUUM), or leave waldio_layout at auto (a padding layout)",
+        db->zName, waldio_layout_name(db->opts.layout), page, reserve, block,
+        req->zLayoutWhy, db->zName);
   }
-  return waldio_error(SQLITE_CANTOPEN, "%s: the database has %u reserved"
-      " bytes per page; waldio's header embedding stores each frame header"
-      " in the last 24. Convert it once with `waldio convert %s` (sets 24"
-      " reserved bytes and runs VACUUM) or open it with waldio_layout=pad4k",
-      db->zName, reserve, db->zName);
+  return SQLITE_OK;
 }
 
 /* After opening the log: its geometry must hold the database's pages. */
@@ -479,35 +484,24 @@ static int check_page_size(waldio_db_file *db, waldio_log *pLog){
   int rc = read_db_header(db, &page, &reserve);
   if( rc || page==0 ) return rc;
   zWhy = wf_geometry(&probe, g.layout, g.block, page);
+  if( zWhy==0 && g.layout==WALDIO_LAYOUT_EMBED && reserve<WAL_FRAME_HDR_BYTES ){
+    zWhy = "the database has fewer than 24 reserved bytes per page";
+  }
   if( zWhy ){
     return waldio_error(SQLITE_CANTOPEN, "%s: page size %u does not fit the"
-        " %s layout on %u-byte blocks (%s); use a page size of at least %u"
-        " or waldio_layout=pad4k", db->zName, page,
-        waldio_layout_name((int)g.layout), g.block, zWhy, g.block);
+        " %s layout of its existing log on %u-byte blocks (%s); checkpoint"
+        " and close it in the process that uses it, then reopen", db->zName,
+        page, waldio_layout_name((int)g.layout), g.block, zWhy);
   }
   return SQLITE_OK;
 }
 
-/* The database file's mode and owner, which a new log inherits. */
-static void db_owner(const char *zWalName, mode_t *pMode, uid_t *pUid,
-                     gid_t *pGid){
-  struct stat st;
-  const char *zDb = sqlite3_filename_database(zWalName);
-  *pMode = 0644; *pUid = 0; *pGid = 0;
-  if( zDb && stat(zDb, &st)==0 ){
-    *pMode = st.st_mode & 0777;
-    *pUid = st.st_uid;
-    *pGid = st.st_gid;
-  }
-}
-
 int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
                     int flags, int *pOutFlags){
-  waldio_db_file *db = waldio_db_of(sqlite3_database_file_object(zName));
+  waldio_db_file *db = waldio_db_for_wal(v, zName);
+  log_request req;
+  struct stat st;
   char *zStockShm;
-  mode_t mode;
-  uid_t uid;
-  gid_t gid;
   int rc;
 
   memset(p, 0, sizeof(*p));
@@ -515,13 +509,20 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     return waldio_error(SQLITE_CANTOPEN, "%s: cannot find the database this"
                         " WAL belongs to among waldio's open files", zName);
   }
-  rc = check_reserve(db, zName);
+  memset(&req, 0, sizeof(req));
+  req.opts = &db->opts;
+  req.mode = 0644;
+  if( stat(db->zName, &st)==0 ){        /* a new log gets the database's */
+    req.mode = st.st_mode & 0777;
+    req.uid = st.st_uid;
+    req.gid = st.st_gid;
+  }
+  rc = choose_layout(db, &req);
   if( rc ) return rc;
-  db_owner(zName, &mode, &uid, &gid);
-  zStockShm = sqlite3_mprintf("%s-shm", sqlite3_filename_database(zName));
+  zStockShm = sqlite3_mprintf("%s-shm", db->zName);
   if( !zStockShm ) return SQLITE_NOMEM;
-  rc = log_acquire(&v->registry, &v->sys, zName, zStockShm, &db->opts, mode,
-                   uid, gid, &p->pLog);
+  req.zStockShm = zStockShm;
+  rc = log_acquire(&v->registry, &v->sys, zName, &req, &p->pLog);
   sqlite3_free(zStockShm);
   if( rc ) return rc;
   rc = check_page_size(db, p->pLog);
@@ -531,7 +532,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     if( rc ) rc = SQLITE_CANTOPEN;
   }
   if( rc ){
-    log_release(&v->registry, p->pLog);
+    log_release(&v->registry, p->pLog, 0);
     return rc;
   }
   p->pDb = db;

@@ -89,6 +89,31 @@ const char *wf_geometry(wal_geometry *g, u32 layout, u32 block, u32 page){
   return 0;
 }
 
+u32 wf_choose_layout(u32 asked, u32 block, u32 page, u32 reserve,
+                     const char **pzWhy){
+  wal_geometry g;
+  if( asked==WALDIO_LAYOUT_PAD4K_ || asked==WALDIO_LAYOUT_PAD8K_ ){
+    *pzWhy = "asked for (waldio_layout)";
+    return asked;
+  }
+  if( page!=0 && (wf_geometry(&g, WALDIO_LAYOUT_EMBED_, block, page)
+                  || page % block) ){
+    *pzWhy = "the page size is smaller than the file system block or not a"
+             " multiple of it, so a page cannot carry its frame header in"
+             " whole blocks";
+    return asked ? 0 : WALDIO_LAYOUT_PAD4K_;
+  }
+  if( page!=0 && reserve<WAL_FRAME_HDR_BYTES ){
+    *pzWhy = "the database has fewer than 24 reserved bytes per page, where"
+             " embedding stores the frame header (`waldio convert` adds them)";
+    return asked ? 0 : WALDIO_LAYOUT_PAD4K_;
+  }
+  *pzWhy = page ? "the pages fill whole blocks and have 24 reserved bytes for"
+                  " the frame header"
+                : "a new database: it gets 24 reserved bytes per page";
+  return WALDIO_LAYOUT_EMBED_;
+}
+
 i64 wf_slot_offset(const wal_geometry *g, u32 frame){
   return (i64)g->area + (i64)(frame-1) * (i64)g->slot;
 }

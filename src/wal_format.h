@@ -93,6 +93,14 @@ void wf_checksum(int bigEndian, const u8 *a, size_t n, const u32 *in, u32 *out);
 ** Returns 0, or a static string saying why this combination cannot work. */
 const char *wf_geometry(wal_geometry *g, u32 layout, u32 block, u32 page);
 
+/* The layout for a database of `page`-byte pages with `reserve` reserved
+** bytes per page (page 0: not known yet) on blocks of `block` bytes, when
+** `asked` was requested (WALDIO_LAYOUT_*; 0 = auto: embed where possible,
+** else pad4k). *pzWhy says why, for PRAGMA waldio. Returns the layout, or 0
+** if an explicitly asked layout cannot hold these pages (*pzWhy: why). */
+u32 wf_choose_layout(u32 asked, u32 block, u32 page, u32 reserve,
+                     const char **pzWhy);
+
 /* Physical offset of frame i (1-based) and of the byte just past it. */
 i64 wf_slot_offset(const wal_geometry *g, u32 frame);
 

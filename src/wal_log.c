@@ -29,7 +29,6 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #define GROW_ROUND (1LL << 20)
@@ -195,38 +194,49 @@ int log_read_slot(waldio_log *pLog, u32 frame, const volatile void *shm0,
 
 /* ------------------------------------------------------------ the writes */
 
-/* Make sure [0, end) is preallocated (L1). Only the database's single
-** writer grows the log, so no two extensions race. */
+/* Make sure [0, end) is preallocated (L1), one extension at a time (L7):
+** a group flusher and a spilling transaction of this process may both get
+** here, and the second must find the first one's extension, not fill the
+** same range again over frames written meanwhile. Between processes the
+** WAL write lock (or group mode's exclusive use) keeps one writer. */
 static int ensure_allocated(waldio_log *pLog, i64 end){
   i64 have, size, target, grow;
-  int rc;
+  int rc = SQLITE_OK;
   pthread_mutex_lock(&pLog->mutex);
   have = pLog->physSize;
   pthread_mutex_unlock(&pLog->mutex);
   if( end<=have ) return SQLITE_OK;
-  rc = dio_file_size(&pLog->file, &size);
-  if( rc ) return rc;
-  size = size / pLog->file.block * pLog->file.block;
-  if( end<=size ){
-    have = size;
-  }else{
+  pthread_mutex_lock(&pLog->growMutex);
+  pthread_mutex_lock(&pLog->mutex);
+  have = pLog->physSize;                   /* re-checked under growMutex */
+  pthread_mutex_unlock(&pLog->mutex);
+  if( end>have ) rc = dio_file_size(&pLog->file, &size);
+  if( rc==SQLITE_OK && end>have ){
+    size = size / pLog->file.block * pLog->file.block;
+    if( size>have ) have = size;           /* another process grew it */
+  }
+  if( rc==SQLITE_OK && end>have ){
     grow = have / 4;
     if( grow<pLog->preallocInitial ) grow = pLog->preallocInitial;
     target = log_round_up(have + grow, GROW_ROUND);
     if( target<end ) target = log_round_up(end, GROW_ROUND);
     rc = dio_zero_fill(&pLog->file, have, target - have);
     if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
-    if( rc ) return rc;
-    pthread_mutex_lock(&pLog->mutex);
-    pLog->stats.prealloc_extends++;
-    pLog->stats.prealloc_bytes += (u64)(target - have);
-    pthread_mutex_unlock(&pLog->mutex);
-    have = target;
+    if( rc==SQLITE_OK ){
+      pthread_mutex_lock(&pLog->mutex);
+      pLog->stats.prealloc_extends++;
+      pLog->stats.prealloc_bytes += (u64)(target - have);
+      pthread_mutex_unlock(&pLog->mutex);
+      have = target;
+    }
   }
-  pthread_mutex_lock(&pLog->mutex);
-  if( have>pLog->physSize ) pLog->physSize = have;
-  pthread_mutex_unlock(&pLog->mutex);
-  return SQLITE_OK;
+  if( rc==SQLITE_OK ){
+    pthread_mutex_lock(&pLog->mutex);
+    if( have>pLog->physSize ) pLog->physSize = have;
+    pthread_mutex_unlock(&pLog->mutex);
+  }
+  pthread_mutex_unlock(&pLog->growMutex);
+  return rc;
 }
 
 static void count_write(waldio_stats *s, int kind){
@@ -371,6 +381,7 @@ int log_truncate(waldio_log *pLog, i64 size){
   keep = wf_physical_for_logical(&g, size);
   if( keep<pLog->preallocInitial ) keep = pLog->preallocInitial;
   keep = log_round_up(keep, g.block);
+  pthread_mutex_lock(&pLog->growMutex);            /* L7 */
   rc = dio_file_size(&pLog->file, &phys);
   if( rc==SQLITE_OK && phys>keep ){
     rc = dio_truncate(&pLog->file, keep);
@@ -380,6 +391,7 @@ int log_truncate(waldio_log *pLog, i64 size){
       pthread_mutex_unlock(&pLog->mutex);
     }
   }
+  pthread_mutex_unlock(&pLog->growMutex);
   return rc;
 }
 
@@ -440,8 +452,9 @@ int log_group_mode(waldio_log *pLog){
 
 int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
   int was = log_group_mode(pLog), rc = SQLITE_OK;
+  /* L5: an atomic upgrade of USE; refused, the shared lock stays held. */
   if( mode!=WALDIO_GROUP_OFF && was==WALDIO_GROUP_OFF && !pLog->file.readonly
-   && pLog->sys->xFlock(pLog->file.fd, LOCK_EX|LOCK_NB) ){
+   && log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE) ){
     return waldio_error(SQLITE_BUSY, "%s: waldio_group=%s needs this process to"
         " be the only one using the database (its group buffer is invisible to"
         " other processes), and another process has it open",
@@ -450,7 +463,9 @@ int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
   if( mode==WALDIO_GROUP_OFF && was!=WALDIO_GROUP_OFF ){
     rc = group_write_all(pLog);
     if( rc==SQLITE_OK ) rc = log_sync(pLog);
-    if( rc==SQLITE_OK && !pLog->file.readonly ) pLog->sys->xFlock(pLog->file.fd, LOCK_SH);
+    if( rc==SQLITE_OK && !pLog->file.readonly ){
+      log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_SHARED);
+    }
   }
   if( rc==SQLITE_OK ){
     pthread_mutex_lock(&pLog->mutex);

@@ -21,16 +21,28 @@
 **   L4  After a failed flush or group write the log is poisoned: no further
 **       read, write or flush succeeds until every connection closes it (no
 **       "fsyncgate"; no checkpoint copies a frame whose write failed).
-**   L5  Each process holds flock(LOCK_SH) on the log while it has it open,
-**       LOCK_EX while it initializes or converts it, and keeps LOCK_EX while
-**       a group mode is on: group buffers are visible only inside one
-**       process, so group mode requires that process to be the only one.
+**   L5  Between processes (log_lock.h): every process holds LOG_LOCK_USE
+**       shared while it has the log open; block 0 is read at open and
+**       written to initialize, convert, re-lay-out or clear the guard only
+**       under LOG_LOCK_INIT, and formatting, converting, re-lay-out and
+**       clearing the guard also need USE exclusive (no other process has
+**       the log open). A process keeps USE exclusive while a group mode is
+**       on: group buffers are visible only inside one process.
+**   L6  A log belongs to the process that opened it. A child created by
+**       fork() inherits the object but never reads, writes, flushes or
+**       closes through it (forkGen differs): it would otherwise write its
+**       parent's stale buffers over newer frames. The child opens its own.
+**   L7  The log grows (ensure_allocated) under growMutex, one extension at
+**       a time, with the size re-checked once the mutex is held: two
+**       writers (a group flusher and a spilling transaction) never zero-fill
+**       the same range, so a fill never lands on frames just written.
 */
 #ifndef WALDIO_WAL_LOG_H
 #define WALDIO_WAL_LOG_H
 
 #include "dio_file.h"
 #include "frame_cache.h"
+#include "log_lock.h"
 #include "log_group.h"
 #include "syscalls.h"
 #include "wal_format.h"
@@ -72,7 +84,19 @@ typedef struct log_flusher log_flusher;
 typedef struct log_registry {
   pthread_mutex_t mutex;
   waldio_log *pList;
+  struct log_registry *pNextRegistry;   /* every registry (exit, fork) */
 } log_registry;
+
+/* What an opener asks of the log (log_acquire). */
+typedef struct log_request {
+  const waldio_options *opts;
+  int layout;                /* resolved: never WALDIO_LAYOUT_AUTO */
+  const char *zLayoutWhy;    /* why that layout, for PRAGMA waldio */
+  const char *zStockShm;     /* stock SQLite's wal-index, "<db>-shm" */
+  mode_t mode;               /* the database file's mode and owner, */
+  uid_t uid;                 /*   applied to a newly created log */
+  gid_t gid;
+} log_request;
 
 struct waldio_log {
   /* Registry membership, guarded by log_registry.mutex. */
@@ -80,10 +104,13 @@ struct waldio_log {
   int nRef;
   dev_t dev;
   ino_t ino;
+  unsigned forkGen;        /* L6 */
 
   const waldio_syscalls *sys;
   char *zPath;
   dio_file file;
+  pthread_mutex_t growMutex;  /* L7 */
+  const char *zLayoutWhy;  /* why the log has its layout (static text) */
   pthread_mutex_t mutex;   /* guards every field below */
 
   wal_superblock sb;       /* block-0 metadata as last read or written */
@@ -102,21 +129,24 @@ struct waldio_log {
   log_group group;         /* group commit state (log_group.h) */
 };
 
+/* Add r to the process's registries (the first call installs the exit
+** hook and the fork handlers); log_registry_remove() takes it out. */
 void log_registry_init(log_registry *r);
-
-/* Write every group buffer of the registry's logs (process exit). */
-void log_registry_flush(log_registry *r);
+void log_registry_remove(log_registry *r);
 
 /* Open the log at zPath (creating and preallocating it, or converting a
-** standard-format WAL) or share the one this process already has open.
-** zStockShm: stock SQLite's wal-index of this database ("<db>-shm"); the
-** first open refuses while stock SQLite has it (stock_guard.h).
-** mode/uid/gid: the database file's, applied to a newly created log. */
+** standard-format WAL) or share the one this process already has open. */
 int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
-                const char *zStockShm, const waldio_options *o, mode_t mode,
-                uid_t uid, gid_t gid, waldio_log **ppLog);
-/* Drop one reference; the last one flushes what is unflushed and closes. */
-void log_release(log_registry *r, waldio_log *pLog);
+                const log_request *req, waldio_log **ppLog);
+/* Drop one reference; the last one flushes what is unflushed and closes.
+** clean: SQLite checkpointed every frame with the database locked
+** exclusively (the last connection anywhere): the generation is dropped,
+** and the guard too if no other process has the log open (F4). */
+int log_release(log_registry *r, waldio_log *pLog, int clean);
+
+/* Non-zero if this log was inherited through fork() (L6): unusable here. */
+int log_inherited(const waldio_log *pLog);
+int log_inherited_error(const waldio_log *pLog);
 
 /* A copy of the current geometry (page 0 while unknown). */
 wal_geometry log_geometry(waldio_log *pLog);

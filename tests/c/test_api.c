@@ -11,7 +11,7 @@ static void test_register(void){
   waldio_options o;
   char zMsg[512];
   waldio_options_default(&o);
-  CHECK_EQ(o.layout, WALDIO_LAYOUT_EMBED);
+  CHECK_EQ(o.layout, WALDIO_LAYOUT_AUTO);
   CHECK_EQ(o.sync, WALDIO_SYNC_AUTO);
   CHECK_EQ(o.io, WALDIO_IO_DIRECT);
   CHECK_EQ(o.prealloc_bytes, 4 << 20);

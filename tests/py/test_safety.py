@@ -120,21 +120,24 @@ def test_standard_wal_left_by_stock_sqlite_is_recovered(sqlite: Any, dbdir: Path
 
 
 def test_standard_wal_without_reserve(sqlite: Any, dbdir: Path) -> None:
+    """A stock database (no reserved bytes) with a standard WAL of committed
+    transactions: the default (auto) layout pads, keeps every commit and
+    says why; an explicit embed layout is refused with the fix named."""
     path = dbdir / "plain.db"
     stock = sqlite.stock(path)               # no reserved bytes
     wl.setup(stock)
     stock.close()
     assert crash_writer(sqlite, path, 30, stock=True) == 30
     with pytest.raises(SQLiteError) as e:
-        sqlite.waldio(path).execute("SELECT count(*) FROM t")
+        sqlite.waldio(path, layout="embed").execute("SELECT count(*) FROM t")
     assert e.value.code == 14
     msg = waldio_last_error(sqlite)
-    assert "0 reserved bytes" in msg and "waldio convert" in msg and "pad4k" in msg
-    # The padding layout needs no reserve and keeps every commit.
-    conn = sqlite.waldio(path, layout="pad4k")
+    assert "fewer than 24 reserved bytes" in msg and "waldio convert" in msg
+    conn = sqlite.waldio(path)
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 30
     assert wl.integrity(conn) == "ok"
-    assert wl.status(conn)["layout"] == "pad4k"
+    status = wl.status(conn)
+    assert status["layout"] == "pad4k" and "reserved bytes" in status["layout_reason"]
     conn.close()
 
 
@@ -152,22 +155,27 @@ def test_detach_hands_the_database_back_to_stock_sqlite(sqlite: Any, dbdir: Path
     stock.close()
 
 
-def test_existing_database_without_reserve_names_the_fix(sqlite: Any, dbdir: Path) -> None:
+def test_existing_database_without_reserve_opens_padded(sqlite: Any, dbdir: Path) -> None:
     path = dbdir / "old.db"
     stock = sqlite.stock(path)
     stock.execute("CREATE TABLE t(x)")
     stock.execute("INSERT INTO t VALUES(1)")
     stock.close()
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout="embed")
     assert conn.execute("PRAGMA journal_mode=WAL")[0][0] == "wal"
     with pytest.raises(SQLiteError) as e:
         conn.execute("INSERT INTO t VALUES(2)")
     assert e.value.code == 14
     assert "waldio convert" in waldio_last_error(sqlite)
     conn.close()
-    conn = sqlite.waldio(path, layout="pad8k")
+    conn = sqlite.waldio(path)                     # auto: a padding layout
     conn.execute("INSERT INTO t VALUES(2)")
     assert conn.execute("SELECT sum(x) FROM t")[0][0] == 3
+    assert wl.status(conn)["layout"] == "pad4k"
+    conn.close()
+    conn = sqlite.waldio(path, layout="pad8k")
+    conn.execute("INSERT INTO t VALUES(3)")
+    assert conn.execute("SELECT sum(x) FROM t")[0][0] == 6
     conn.close()
 
 
@@ -191,7 +199,17 @@ def test_page_with_bytes_in_the_reserved_tail_is_refused(sqlite: Any, dbdir: Pat
 
 
 def test_page_size_smaller_than_a_block(sqlite: Any, dbdir: Path) -> None:
+    """1 KiB pages (SQLite's default before 3.12): auto pads, embed refuses."""
     conn = sqlite.waldio(dbdir / "small.db")
+    conn.execute("PRAGMA page_size=1024")
+    assert conn.execute("PRAGMA journal_mode=WAL")[0][0] == "wal"
+    conn.execute("CREATE TABLE t(x)")
+    conn.execute("INSERT INTO t VALUES(1)")
+    status = wl.status(conn)
+    assert status["layout"] == "pad4k" and "page size" in status["layout_reason"]
+    assert wl.integrity(conn) == "ok"
+    conn.close()
+    conn = sqlite.waldio(dbdir / "small2.db", layout="embed")
     conn.execute("PRAGMA page_size=1024")
     with pytest.raises(SQLiteError):
         conn.execute("PRAGMA journal_mode=WAL")
