@@ -1,0 +1,208 @@
+"""Regression tests of issue 9: waldio under several processes, stacked
+VFSes, ATTACH and re-initialization.
+
+Each test failed before its fix:
+  * a refused group-mode upgrade dropped the process's shared lock, so a
+    second process could switch group mode on and hide its commits;
+  * a VFS stacked above waldio (apsw.VFS inheriting the default) crashed at
+    the first WAL open (the WAL name was dereferenced as SQLite's own);
+  * ATTACHed databases (no reserved bytes) were refused in WAL mode;
+  * after apsw.shutdown()/initialize() new databases lost their reserve.
+The cases that need fork() or a forced interleaving (concurrent first
+opens, the conversion race, fork + exit, log growth) are in C
+(tests/c/test_processes.c, tests/c/test_growth.c); here six processes of
+each SQLite build also open one database together as a smoke test.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+import workloads as wl
+
+HERE = Path(__file__).resolve().parent
+
+
+class Peer:
+    """A connection held open in another process (sql_peer.py)."""
+
+    def __init__(self, driver: str, db: Path, **uri: Any) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "sql_peer.py"), driver, str(db), json.dumps(uri)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert json.loads(self._line())["ready"]
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line, "peer process died"
+        return line
+
+    def sql(self, statement: str) -> Dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(statement + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self._line())
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        assert self.proc.wait(timeout=60) == 0
+
+
+def test_refused_group_upgrade_keeps_the_shared_lock(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "g.db"
+    conn = sqlite.waldio(path)
+    wl.setup(conn)
+    peer = Peer(sqlite.name, path)
+    try:
+        assert peer.sql("SELECT count(*) FROM acct")["rows"] == [[wl.ACCOUNTS]]
+        # The peer asks for group mode while this process has the log open:
+        # refused. It must still hold its shared lock afterwards...
+        refused = peer.sql("PRAGMA waldio_group=async")
+        assert refused["code"] == 5, refused                    # SQLITE_BUSY
+        # ...so this process must be refused too (it used to succeed, and
+        # its buffered commits were then invisible to the peer).
+        with pytest.raises(Exception) as e:
+            conn.execute("PRAGMA waldio_group=async")
+        assert "only one using the database" in str(e.value)
+        wl.transfers(conn, 3, 20)
+        assert peer.sql("SELECT sum(bal) FROM acct")["rows"] == [[wl.TOTAL]]
+        assert peer.sql("PRAGMA integrity_check")["rows"] == [["ok"]]
+    finally:
+        peer.close()
+    conn.close()
+
+
+OPENER = textwrap.dedent("""
+    import atexit, shutil, sys, time, json
+    sys.path.insert(0, %(here)r)
+    import conftest
+    atexit.register(shutil.rmtree, conftest._EXT_COPIES, True)
+    from waldio import drivers
+    drv, db, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    sq = conftest.Sqlite(conftest.load_waldio(drivers.driver_by_name(drv)), drv)
+    while time.time() < start:
+        pass
+    try:
+        conn = sq.waldio(db)
+        conn.execute("PRAGMA busy_timeout=30000")
+        n = conn.execute("SELECT count(*) FROM acct")[0][0]
+        time.sleep(1)            # all six hold the log open at once
+        print(json.dumps({"rows": n}))
+        conn.close()
+    except drivers.SQLiteError as e:
+        print(json.dumps({"error": str(e)}))
+""")
+
+
+def test_processes_opening_together_after_a_clean_close(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "c.db"
+    conn = sqlite.waldio(path)
+    wl.setup(conn)
+    conn.close()                              # clean: the guard is cleared
+    script = dbdir / "opener.py"
+    script.write_text(OPENER % {"here": str(HERE)})
+    start = time.time() + 2.0
+    procs = [subprocess.Popen([sys.executable, str(script), sqlite.name, str(path),
+                               repr(start)], stdout=subprocess.PIPE, text=True)
+             for _ in range(6)]
+    answers = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert answers == [{"rows": wl.ACCOUNTS}] * 6
+
+
+STACKED = textwrap.dedent("""
+    import atexit, shutil, sys, apsw
+    sys.path.insert(0, %(here)r)
+    import conftest
+    atexit.register(shutil.rmtree, conftest._EXT_COPIES, True)
+    from waldio import drivers
+    conftest.load_waldio(drivers.driver_by_name("apsw"))
+    class Shim(apsw.VFS):
+        def __init__(self):
+            super().__init__("shim", base="")       # on top of the default: waldio
+        def xOpen(self, name, flags):
+            return ShimFile("", name, flags)     # inherit the default
+    class ShimFile(apsw.VFSFile):
+        def __init__(self, inheritfromvfsname, filename, flags):
+            super().__init__(inheritfromvfsname, filename, flags)
+    shim = Shim()
+    db = apsw.Connection(sys.argv[1], vfs="shim")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t(x)")
+    with db:
+        for i in range(100):
+            db.execute("INSERT INTO t VALUES(?)", (i,))
+    print(db.execute("SELECT count(*), sum(x) FROM t").fetchall()[0],
+          db.execute("PRAGMA integrity_check").fetchall()[0][0],
+          "waldio" in db.execute("PRAGMA waldio").fetchall()[0][0])
+    db.close()
+""")
+
+
+def test_vfs_stacked_above_waldio(dbdir: Path) -> None:
+    script = dbdir / "stacked.py"
+    script.write_text(STACKED % {"here": str(HERE)})
+    out = subprocess.run([sys.executable, str(script), str(dbdir / "s.db")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(100,", "4950)", "ok", "True"]
+
+
+def test_attached_database_in_wal_mode(sqlite: Any, dbdir: Path) -> None:
+    conn = sqlite.waldio(dbdir / "main.db")
+    wl.setup(conn)
+    conn.execute("ATTACH ? AS aux", (str(dbdir / "aux.db"),))
+    assert conn.execute("PRAGMA aux.journal_mode=WAL")[0][0] == "wal"
+    conn.execute("CREATE TABLE aux.u(x)")
+    for i in range(20):
+        conn.execute("INSERT INTO aux.u VALUES(?)", (i,))
+    assert conn.execute("SELECT count(*) FROM aux.u")[0][0] == 20
+    assert conn.execute("PRAGMA aux.integrity_check")[0][0] == "ok"
+    assert os.path.getsize(str(dbdir / "aux.db-wal")) > 0     # a waldio log
+    conn.close()
+    stock = sqlite.waldio(dbdir / "aux.db")
+    assert stock.execute("SELECT count(*) FROM u")[0][0] == 20
+    stock.close()
+
+
+REINIT = textwrap.dedent("""
+    import atexit, shutil, sys, apsw
+    sys.path.insert(0, %(here)r)
+    import conftest
+    atexit.register(shutil.rmtree, conftest._EXT_COPIES, True)
+    from waldio import drivers
+    conftest.load_waldio(drivers.driver_by_name("apsw"))
+    import waldio
+    apsw.shutdown()
+    apsw.initialize()
+    db = apsw.Connection(":memory:")
+    db.enable_load_extension(True)
+    db.load_extension(str(conftest._EXT_COPIES / "waldio-apsw.so"), waldio.ENTRY_POINT)
+    db.close()
+    db = apsw.Connection(sys.argv[1])
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("CREATE TABLE t(x)")
+    db.execute("INSERT INTO t VALUES(1)")
+    print(db.execute("SELECT waldio_last_error() IS NOT NULL").fetchall()[0][0],
+          '"layout":"embed"' in db.execute("PRAGMA waldio").fetchall()[0][0])
+    db.close()
+""")
+
+
+def test_reinitialized_sqlite_keeps_the_per_connection_setup(dbdir: Path) -> None:
+    script = dbdir / "reinit.py"
+    script.write_text(REINIT % {"here": str(HERE)})
+    out = subprocess.run([sys.executable, str(script), str(dbdir / "r.db")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "True"]
+    assert (dbdir / "r.db").read_bytes()[20] == 24       # reserved bytes
