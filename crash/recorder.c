@@ -2,7 +2,7 @@
 ** recorder.c — the crash recorder: a SQLite loadable extension that records
 ** every write, direct write, sync, FUA write, truncate, create, rename and
 ** delete a database makes, with its bytes, for `waldio crash`
-** (python/waldio/crash.py replays the log into crash states; docs/crash.md).
+** (python/waldio/crash/ replays the log into crash states; docs/crash.md).
 **
 ** Two recording points, so that nothing reaches the disk unseen:
 **

@@ -1,6 +1,6 @@
 /*
 ** recorder.h — the event log written by the crash recorder (recorder.c) and
-** read by python/waldio/crash.py. docs/crash.md describes the model.
+** read by python/waldio/crash/events.py. docs/crash.md describes the model.
 **
 ** File: the 16-byte magic "WALDIOREC1\n\0\0\0\0\0", then events. Every event
 ** is a fixed 48-byte little-endian header followed by `len` payload bytes:

@@ -19,7 +19,7 @@ The package, by tool (``waldio COMMAND``; each tool's package says more):
 
     extension.py, library.py   loading waldio.so; where the compiled files are
     cli.py                     the ``waldio`` command: one parser, subcommands
-    manage.py                  waldio info / detach / convert
+    admin.py                   waldio info / detach / convert
     run.py                     waldio run -- CMD (unmodified programs)
     drivers.py                 one connection interface over apsw and the
                                system SQLite (ctypes), for the tools and tests

@@ -19,94 +19,12 @@ import argparse
 import ctypes
 import json
 import os
-import struct
 from pathlib import Path
 from typing import Any, Dict
 
 import waldio
 
-RESERVE_BYTES_FCNTL = 38
-EMBED_RESERVE = 24
-WAL_MAGICS = (0x377F0682, 0x377F0683)
-WAL_VERSION = 3007000
-GUARD_VERSION = 0x57414C44
-LAYOUTS = {1: "embed", 2: "pad4k", 3: "pad8k"}
-
-
-def _u32(b: bytes, off: int) -> int:
-    return int(struct.unpack_from(">I", b, off)[0])
-
-
-def wal_checksum(data: bytes, big_endian: bool, s: tuple[int, int] = (0, 0)) -> tuple[int, int]:
-    """SQLite's WAL checksum (src/wal.c walChecksumBytes)."""
-    s1, s2 = s
-    fmt = ">%dI" if big_endian else "<%dI"
-    words = struct.unpack(fmt % (len(data) // 4), data)
-    for i in range(0, len(words), 2):
-        s1 = (s1 + words[i] + s2) & 0xFFFFFFFF
-        s2 = (s2 + words[i + 1] + s1) & 0xFFFFFFFF
-    return s1, s2
-
-
-def describe_wal_header(h: bytes) -> Dict[str, Any]:
-    """What the first 32 bytes of a -wal say, as stock SQLite would read them."""
-    if len(h) < 32 or _u32(h, 0) not in WAL_MAGICS:
-        return {"kind": "none (stock SQLite sees an empty log)"}
-    ok = wal_checksum(h[:24], bool(_u32(h, 0) & 1)) == (_u32(h, 24), _u32(h, 28))
-    version = _u32(h, 4)
-    if not ok:
-        kind = "invalid checksum (stock SQLite sees an empty log)"
-    elif version == WAL_VERSION:
-        kind = "standard SQLite WAL header"
-    elif version == GUARD_VERSION:
-        kind = "waldio guard (stock SQLite refuses: SQLITE_CANTOPEN)"
-    else:
-        kind = "unknown WAL version %d" % version
-    return {"kind": kind, "page_size": _u32(h, 8), "checkpoint_seq": _u32(h, 12),
-            "salts": [_u32(h, 16), _u32(h, 20)]}
-
-
-def describe_superblock(b0: bytes) -> Dict[str, Any]:
-    """The waldio superblock in block 0 (docs/format.md §2)."""
-    if len(b0) < 112 or b0[32:40] != b"WALDIOSB":
-        return {"present": False}
-    ok = wal_checksum(b0[32:104], True) == (_u32(b0, 104), _u32(b0, 108))
-    flags = _u32(b0, 64)
-    out: Dict[str, Any] = {
-        "present": True, "checksum_ok": ok, "format": _u32(b0, 40),
-        "layout": LAYOUTS.get(_u32(b0, 44), "unknown(%d)" % _u32(b0, 44)),
-        "block_size": _u32(b0, 48), "header_area": _u32(b0, 52),
-        "page_size": _u32(b0, 56), "frame_bytes": _u32(b0, 60),
-        "holds_frames": bool(flags & 1), "in_use_guard": bool(flags & 2),
-    }
-    if flags & 1:
-        out["sqlite_header"] = describe_wal_header(b0[72:104])
-    return out
-
-
-def describe_database(path: Path) -> Dict[str, Any]:
-    """Everything `waldio info` reports, from the files alone."""
-    info: Dict[str, Any] = {"database": str(path)}
-    with open(path, "rb") as f:
-        h = f.read(100)
-    if h[:16] == b"SQLite format 3\x00":
-        page = struct.unpack_from(">H", h, 16)[0]
-        info.update(page_size=65536 if page == 1 else page, reserve_bytes=h[20],
-                    write_version=h[18], read_version=h[19],
-                    journal="wal" if h[18] == 2 else "rollback")
-    else:
-        info["header"] = "empty or not an SQLite database"
-    wal = Path(str(path) + "-wal")
-    info["wal_file"] = {"exists": wal.exists()}
-    if wal.exists():
-        with open(wal, "rb") as f:
-            b0 = f.read(512)
-        info["wal_file"].update(size=wal.stat().st_size,
-                                header=describe_wal_header(b0[:32]),
-                                superblock=describe_superblock(b0))
-    for suffix in ("-shm", "-wal-shm"):
-        info["wal_file"]["has" + suffix.replace("-", "_")] = Path(str(path) + suffix).exists()
-    return info
+from .logformat import EMBED_RESERVE, RESERVE_BYTES_FCNTL, describe_database
 
 
 def cmd_info(args: argparse.Namespace) -> int:

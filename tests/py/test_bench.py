@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT / "python"))
 from waldio import bench as B  # noqa: E402
 from waldio import cli  # noqa: E402
 from waldio import drivers  # noqa: E402
-from waldio import fsimage  # noqa: E402
-from waldio import report as R  # noqa: E402
+from waldio import fs as fsimage  # noqa: E402
+from waldio import params  # noqa: E402
+from waldio.bench import report as R  # noqa: E402
 
 BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
 TINY = ["--transactions", "20", "--repetitions", "1", "--warmup", "0"]
@@ -160,8 +161,8 @@ def test_good_options_parse_typed() -> None:
 
 
 def bench_settings(args: Any) -> B.Settings:
-    from waldio import bench_cli
-    return bench_cli._settings_from_args(args)
+    from waldio.bench import options
+    return options.settings_from_args(args)
 
 
 def test_presets_set_their_defaults_and_options_override() -> None:
@@ -430,7 +431,7 @@ def test_report_prints_tables_and_draws_plots(rundir: str, tmp_path: Path,
 
 def test_memory_backed_dir_is_refused_for_direct_io_modes(capsys: pytest.CaptureFixture[str]) -> None:
     shm = "/dev/shm"
-    if not os.path.isdir(shm) or R._params.mount_of(shm)["fstype"] != "tmpfs":
+    if not os.path.isdir(shm) or params.mount_of(shm)["fstype"] != "tmpfs":
         pytest.skip("no tmpfs at /dev/shm")
     status, _, err = run_cli(["bench", "--dir", shm, "--modes", "wal-full,waldio-full"] + TINY,
                              capsys)

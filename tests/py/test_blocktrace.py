@@ -30,8 +30,10 @@ PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
 
-from waldio import blocktrace as bt
-from waldio import fsimage
+from waldio import fs as fsimage
+from waldio.fs import loop as fs_loop
+from waldio.trace import block as bt
+from waldio.trace.block.requests import RequestAssembler
 
 N = 50
 from io_patterns import BLOCK, aligned_block, preallocate_zeroed  # noqa: E402
@@ -107,8 +109,8 @@ def _assert_released(device: str, workdir: str, mountpoint: str, instance: Optio
     left = fsimage.leftover_resources(pid)
     assert not left, f"leftovers: {left.to_dict()}"
     assert not os.path.exists(workdir)
-    assert all(target != mountpoint for target, *_ in fsimage._mountinfo())
-    backing = fsimage._loop_backing_file(device)
+    assert all(target != mountpoint for target, *_ in fs_loop._mountinfo())
+    backing = fs_loop._loop_backing_file(device)
     assert backing is None or fsimage.RESOURCE_PREFIX not in backing
     if instance is not None:
         assert not os.path.exists(instance)
@@ -157,7 +159,7 @@ SAMPLE_PIPE = textwrap.dedent(
 
 def test_trace_text_assembly() -> None:
     stats = bt.CaptureStats()
-    assembler = bt._Assembler(stats)
+    assembler = RequestAssembler(stats)
     for line in SAMPLE_PIPE.splitlines():
         assembler.line(line)
     assembler.finish()
@@ -358,7 +360,7 @@ def test_cleanup_on_every_exit(raised: Optional[type[BaseException]]) -> None:
 CHILD = """
 import sys, time
 sys.path.insert(0, {path!r})
-from waldio import fsimage
+from waldio import fs as fsimage
 with fsimage.loop_filesystem("ext4") as fs:
     print(fs.device, fs.workdir, fs.mountpoint, flush=True)
     time.sleep(60)

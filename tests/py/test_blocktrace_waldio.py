@@ -15,7 +15,8 @@ from typing import Any, Dict
 
 import pytest
 
-from waldio import blocktrace, fsimage
+from waldio import fs as fsimage
+from waldio.trace import block as blocktrace
 
 COMMITS = 100
 BLOCK = 4096

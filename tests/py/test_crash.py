@@ -1,4 +1,4 @@
-"""waldio crash: the crash-consistency checker (python/waldio/crash.py,
+"""waldio crash: the crash-consistency checker (python/waldio/crash/,
 crash/recorder.c, crash/fuzz_recovery.c; docs/crash.md).
 
 CI-sized: a few hundred crash states per mode, a few process kills per mode,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import workloads as wl
-from waldio import fsimage
+from waldio import fs as fsimage
 from waldio.drivers import SQLiteError
 
 

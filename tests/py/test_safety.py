@@ -314,7 +314,7 @@ def test_damaged_frame_is_recovered_like_stock_sqlite(sqlite: Any, dbdir: Path,
 
 
 def test_full_disk(sqlite: Any) -> None:
-    from waldio import fsimage
+    from waldio import fs as fsimage
     reason = fsimage.unavailable_reason("ext4")
     if reason:
         pytest.skip(reason)

@@ -27,10 +27,11 @@ PYTHON_DIR = Path(__file__).resolve().parents[2] / "python"
 if str(PYTHON_DIR) not in sys.path:
     sys.path.insert(0, str(PYTHON_DIR))
 
-from waldio import blocktrace as bt  # noqa: E402
-from waldio import fsimage  # noqa: E402
+from waldio import fs as fsimage  # noqa: E402
 from waldio import trace as T  # noqa: E402
-from waldio import trace_cli as TC  # noqa: E402
+from waldio.trace import block as bt  # noqa: E402
+from waldio.trace import cli as TC  # noqa: E402
+from waldio.trace.fsevents import is_fs_event_line  # noqa: E402
 
 N = 40
 from io_patterns import BLOCK, aligned_block, preallocate_zeroed  # noqa: E402
@@ -78,7 +79,7 @@ def test_parse_fs_line(line: str) -> None:
 def test_block_lines_are_not_fs_events() -> None:
     line = " python3-7737    [001] .....  1028.405803: block_rq_issue: 7,0 WS 4096 () 33112 + 8 be,0,4 [python3]"
     assert T.parse_fs_line(line) is None
-    assert not T._is_fs_event_line(line)
+    assert not is_fs_event_line(line)
 
 
 def _ev(ts: float, tid: int, kind: str, **kw: Any) -> T.FsEvent:

@@ -3,8 +3,8 @@
 Owns: the whole lifecycle of a throw-away file system used by ``waldio trace``
 and the tests: a sparse backing image in a private temporary directory, a loop
 device attached to it (two for an external ext4 journal), ``mkfs``, ``mount``,
-and the release of all of it.  Also owns :func:`run_command`, the one place
-where waldio's Python tools run an external program.
+and the release of all of it.  External programs run through
+:func:`waldio.fs.commands.run_command`.
 
 Invariants:
 
@@ -28,7 +28,6 @@ Invariants:
 * ``mount_options`` is what the kernel reports in ``/proc/self/mountinfo``
   after mounting, not what was asked for (that is ``requested_mount_options``).
 """
-
 from __future__ import annotations
 
 import contextlib
@@ -36,14 +35,16 @@ import ctypes
 import os
 import shutil
 import signal
-import subprocess
 import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Sequence
 
+from .commands import CommandError, run_command
+
 RESOURCE_PREFIX = "waldio-fs-"
+
 
 KINDS: tuple[str, ...] = (
     "ext4",
@@ -56,54 +57,22 @@ KINDS: tuple[str, ...] = (
     "btrfs",
 )
 
+
 # Smallest image each kind accepts (mkfs.xfs >= 5.19 refuses < 300 MiB).
 _MIN_SIZE_MIB = {"xfs": 320, "btrfs": 128}
+
+
 _DEFAULT_SIZE_MIB = 256
+
+
 _EXT4_BLOCK_SIZE = 4096
+
+
 _EXTERNAL_JOURNAL_DEFAULT_MIB = 64
-
-
-class CommandError(RuntimeError):
-    """An external command failed; the message names the command and its stderr."""
-
-    def __init__(self, argv: Sequence[str], returncode: Optional[int], stdout: str, stderr: str) -> None:
-        self.argv = list(argv)
-        self.returncode = returncode
-        self.stdout = stdout
-        self.stderr = stderr
-        status = "timed out" if returncode is None else f"exited with status {returncode}"
-        detail = stderr.strip() or stdout.strip() or "(no output)"
-        super().__init__(f"command {' '.join(self.argv)!r} {status}: {detail}")
 
 
 class CleanupError(RuntimeError):
     """Some resource could not be released cleanly (the message lists which)."""
-
-
-def run_command(argv: Sequence[str], *, timeout: float = 120.0, check: bool = True) -> subprocess.CompletedProcess[str]:
-    """Run one external command; raise :class:`CommandError` if it fails."""
-    try:
-        proc = subprocess.run(
-            list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout, check=False
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise CommandError(argv, None, _text(exc.stdout), _text(exc.stderr)) from exc
-    except FileNotFoundError as exc:
-        raise CommandError(argv, 127, "", f"program not found: {argv[0]}") from exc
-    if check and proc.returncode != 0:
-        raise CommandError(argv, proc.returncode, proc.stdout, proc.stderr)
-    return proc
-
-
-def _text(data: object) -> str:
-    if isinstance(data, bytes):
-        return data.decode(errors="replace")
-    return data if isinstance(data, str) else ""
-
-
-# --------------------------------------------------------------------------
-# What can be created here
-# --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -175,11 +144,6 @@ def unavailable_reason(kind: str) -> Optional[str]:
     return None if support.available else support.reason
 
 
-# --------------------------------------------------------------------------
-# The file system object
-# --------------------------------------------------------------------------
-
-
 @dataclass
 class LoopFilesystem:
     """A mounted file system on a loop device (valid only inside the context)."""
@@ -243,11 +207,6 @@ def _libc_syncfs(fd: int) -> int:
         return -1
 
 
-# --------------------------------------------------------------------------
-# mkfs / mount recipes per kind
-# --------------------------------------------------------------------------
-
-
 def _kind_mkfs_options(kind: str) -> list[str]:
     # No lazy init: ext4lazyinit would otherwise write inode tables in the
     # background while a trace is running.
@@ -294,11 +253,6 @@ def _effective_size(kind: str, size_mib: Optional[int]) -> int:
     if size_mib < minimum:
         raise ValueError(f"{kind} needs at least {minimum} MiB, asked for {size_mib}")
     return size_mib
-
-
-# --------------------------------------------------------------------------
-# Release stack (reverse-order cleanup, with deferred signals)
-# --------------------------------------------------------------------------
 
 
 class _ReleaseStack:
@@ -360,11 +314,6 @@ def _sigterm_as_exit() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-# --------------------------------------------------------------------------
-# Loop devices and mounts
-# --------------------------------------------------------------------------
 
 
 def _create_sparse_image(path: str, size_mib: int) -> None:
@@ -479,11 +428,6 @@ def _remove_file(path: str) -> None:
         os.unlink(path)
 
 
-# --------------------------------------------------------------------------
-# The context manager
-# --------------------------------------------------------------------------
-
-
 def _default_workdir() -> str:
     return "/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir()
 
@@ -580,11 +524,6 @@ def loop_filesystem(
         failures = stack.release_all()
     if failures:
         raise CleanupError("could not release: " + "; ".join(failures))
-
-
-# --------------------------------------------------------------------------
-# Leftovers (for tests and for recovery after a hard kill)
-# --------------------------------------------------------------------------
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """``waldio bench`` and ``waldio report``: argparse registration and printing.
 
-The engine is :mod:`waldio.bench` (no printing there); tables and plots are
-built by :mod:`waldio.report`, which this module reuses so that a saved JSON
+Argument types and the settings built from them live in :mod:`.options`.
+
+The engine is :mod:`waldio.bench` (:mod:`.runner` and the modules it uses) (no printing there); tables and plots are
+built by :mod:`.report` and :mod:`.plots`, which this module reuses so that a saved JSON
 file prints exactly like the run that made it.  docs/bench.md documents every
 option.
 
@@ -16,9 +18,21 @@ import argparse
 import json
 import sys
 import time
-from typing import Callable, Dict, List
 
-from . import bench as B
+from waldio import bench as B
+
+from .options import (
+    float_at_least_zero,
+    int_any,
+    int_at_least,
+    mix_arg,
+    mode_list,
+    mode_list_arg,
+    mode_name_arg,
+    settings_from_args,
+    timed_arg,
+    workload_arg,
+)
 
 EXAMPLES = """\
 examples:
@@ -49,105 +63,8 @@ waldio-persistent, waldio-normal, each also with -async or -durable (group commi
 """
 
 
-# --------------------------------------------------------------------------
-# argument types (each error names what is accepted)
-# --------------------------------------------------------------------------
-
-def _int_at_least(lo: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text.replace("_", ""))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text!r}")
-        if v < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {v}")
-        return v
-    parse.__name__ = f"integer >= {lo}"
-    return parse
-
-
-def _int_any(text: str) -> int:
-    try:
-        return int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}")
-
-
-def _float_at_least_zero(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    if v < 0 or v != v:
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return v
-
-
-def _modes(text: str) -> str:
-    try:
-        B.parse_modes(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
-    return text
-
-
-def _mode_name(text: str) -> str:
-    try:
-        specs = B.parse_modes(text)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e))
-    if len(specs) != 1:
-        raise argparse.ArgumentTypeError(f"expected one mode, got {text!r}")
-    return text
-
-
-def _workload(text: str) -> List[str]:
-    words = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in words if w not in B.WORKLOADS]
-    if not words or bad:
-        raise argparse.ArgumentTypeError(
-            f"unknown workload {', '.join(map(repr, bad)) or repr(text)} (accepted: "
-            f"{', '.join(B.WORKLOADS)}, or a comma list of them, run one after the other)")
-    return words
-
-
-def _mix(text: str) -> Dict[str, float]:
-    out: Dict[str, float] = {}
-    for part in text.split(","):
-        k, eq, v = part.strip().partition("=")
-        if not eq or k not in B.OPERATIONS:
-            raise argparse.ArgumentTypeError(
-                f"expected OP=WEIGHT pairs with OP in {', '.join(B.OPERATIONS)}, got {part!r}")
-        try:
-            w = float(v)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"weight of {k} is not a number: {v!r}")
-        if w < 0:
-            raise argparse.ArgumentTypeError(f"weight of {k} is negative")
-        out[k] = w
-    if sum(out.values()) <= 0:
-        raise argparse.ArgumentTypeError("at least one weight must be positive")
-    return out
-
-
-def _timed(text: str) -> List[str]:
-    if text.strip().lower() in ("none", ""):
-        return []
-    words = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in words if w not in B.TIMED_PARTS]
-    if bad:
-        raise argparse.ArgumentTypeError(
-            f"unknown part {', '.join(map(repr, bad))} (accepted: a comma list of "
-            f"{', '.join(B.TIMED_PARTS)}, or none)")
-    return list(dict.fromkeys(words))
-
-
-# --------------------------------------------------------------------------
-# registration
-# --------------------------------------------------------------------------
-
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from . import fsimage
+    from waldio import fs as fsimage
     p = subparsers.add_parser(
         "bench", help="run SQLite journal modes and waldio modes side by side",
         description="Run a Mobibench-style SQLite workload in every chosen mode (stock journal "
@@ -157,13 +74,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
 
     g = p.add_argument_group("what to compare")
-    g.add_argument("--modes", type=_modes, metavar="LIST",
+    g.add_argument("--modes", type=mode_list_arg, metavar="LIST",
                    help="modes to run, in this order, each round (default: the preset's own "
                         "mode, if any, then " + ",".join(B.QUICK_MODES) + ")")
-    g.add_argument("--baseline", type=_mode_name, metavar="MODE",
+    g.add_argument("--baseline", type=mode_name_arg, metavar="MODE",
                    help="ratios are computed against this mode, round by round "
                         "(default: wal-full if run, else the first mode)")
-    g.add_argument("--ceiling", type=_mode_name, metavar="MODE", default="raw-dio",
+    g.add_argument("--ceiling", type=mode_name_arg, metavar="MODE", default="raw-dio",
                    help="'%% of ceiling' column against this mode when it runs (default raw-dio)")
     g.add_argument("--sqlite", choices=B.SQLITE_BUILDS, default="apsw",
                    help="SQLite build for modes without @BUILD: apsw's bundled SQLite or the "
@@ -175,21 +92,21 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g.add_argument("--preset", choices=list(B.PRESETS), default="mobibench-2015",
                    help="starting point for every workload option (default mobibench-2015); "
                         + "; ".join(f"{k}: {v.summary}" for k, v in B.PRESETS.items()))
-    g.add_argument("--workload", type=_workload, metavar="OPS", dest="phases",
+    g.add_argument("--workload", type=workload_arg, metavar="OPS", dest="phases",
                    help="insert, update, delete, select or mixed; a comma list runs phases one "
                         "after the other (apsys17 = insert,update,delete)")
-    g.add_argument("--mix", type=_mix, metavar="OP=W,...",
+    g.add_argument("--mix", type=mix_arg, metavar="OP=W,...",
                    help="weights of the mixed workload (default insert=50,update=30,delete=10,"
                         "select=10)")
-    g.add_argument("--transactions", type=_int_at_least(1), metavar="N",
+    g.add_argument("--transactions", type=int_at_least(1), metavar="N",
                    help="transactions per phase, all threads together")
-    g.add_argument("--ops-per-txn", type=_int_at_least(1), metavar="N",
+    g.add_argument("--ops-per-txn", type=int_at_least(1), metavar="N",
                    help="operations per transaction (each touches every table)")
-    g.add_argument("--record-size", type=_int_at_least(0), metavar="BYTES",
+    g.add_argument("--record-size", type=int_at_least(0), metavar="BYTES",
                    help="bytes of the Value column (Mobibench's repeating a..j pattern)")
-    g.add_argument("--prepopulate", type=_int_at_least(0), metavar="ROWS",
+    g.add_argument("--prepopulate", type=int_at_least(0), metavar="ROWS",
                    help="rows per table before the run (default: the preset's rule)")
-    g.add_argument("--tables", type=_int_at_least(1), metavar="N", help="tables per database")
+    g.add_argument("--tables", type=int_at_least(1), metavar="N", help="tables per database")
     g.add_argument("--schema", choices=B.SCHEMAS,
                    help="id INTEGER PRIMARY KEY AUTOINCREMENT or plain rowid key")
     g.add_argument("--insert-ids", choices=B.INSERT_IDS,
@@ -199,15 +116,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         "auto = autocommit for one statement, else begin")
     g.add_argument("--key-order", choices=B.KEY_ORDERS,
                    help="keys for update/delete/select (and insert ids): seq or random")
-    g.add_argument("--seed", type=_int_any, metavar="N", help="seed of every random choice (default 1)")
-    g.add_argument("--threads", type=_int_at_least(1), metavar="N",
+    g.add_argument("--seed", type=int_any, metavar="N", help="seed of every random choice (default 1)")
+    g.add_argument("--threads", type=int_at_least(1), metavar="N",
                    help="threads, one connection each (default 1)")
     sh = g.add_mutually_exclusive_group()
     sh.add_argument("--shared-db", dest="shared_db", action="store_true", default=None,
                     help="all threads use one database (default)")
     sh.add_argument("--db-per-thread", dest="shared_db", action="store_false",
                     help="each thread has its own database, as Mobibench -t does")
-    g.add_argument("--think-ms", type=_float_at_least_zero, metavar="MS",
+    g.add_argument("--think-ms", type=float_at_least_zero, metavar="MS",
                    help="sleep between transactions (inside the wall time, outside latencies)")
 
     g = p.add_argument_group("log regime and timed region")
@@ -215,7 +132,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                    help="growing: fresh WAL; reused: WAL pre-sized and checkpoint-restarted "
                         "before timing; open-close: open, commit, close per transaction "
                         "(default growing)")
-    g.add_argument("--timed", type=_timed, metavar="PARTS",
+    g.add_argument("--timed", type=timed_arg, metavar="PARTS",
                    help="what besides the transactions is timed: comma list of open, "
                         "checkpoint, close, or none (mobibench presets: checkpoint, as "
                         "Mobibench; apsys17: none)")
@@ -226,21 +143,21 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g = p.add_argument_group("SQLite settings (read back and printed in any case)")
     g.add_argument("--page-size", type=int, choices=B.PAGE_SIZES, metavar="BYTES",
                    help="page size of the new database (presets: 4096)")
-    g.add_argument("--cache-size", type=_int_any, metavar="N", help="PRAGMA cache_size")
-    g.add_argument("--mmap-size", type=_int_at_least(0), metavar="BYTES", help="PRAGMA mmap_size")
+    g.add_argument("--cache-size", type=int_any, metavar="N", help="PRAGMA cache_size")
+    g.add_argument("--mmap-size", type=int_at_least(0), metavar="BYTES", help="PRAGMA mmap_size")
     g.add_argument("--locking-mode", choices=B.LOCKING_MODES, help="PRAGMA locking_mode")
-    g.add_argument("--wal-autocheckpoint", type=_int_any, metavar="PAGES",
+    g.add_argument("--wal-autocheckpoint", type=int_any, metavar="PAGES",
                    help="PRAGMA wal_autocheckpoint")
-    g.add_argument("--journal-size-limit", type=_int_any, metavar="BYTES",
+    g.add_argument("--journal-size-limit", type=int_any, metavar="BYTES",
                    help="PRAGMA journal_size_limit")
-    g.add_argument("--stock-reserve", type=_int_at_least(0), metavar="BYTES",
+    g.add_argument("--stock-reserve", type=int_at_least(0), metavar="BYTES",
                    help="reserved bytes per page for stock modes' databases (default 0; 24 "
                         "makes their B-trees identical to waldio's)")
-    g.add_argument("--flush-ms", type=_int_at_least(1), metavar="MS",
+    g.add_argument("--flush-ms", type=int_at_least(1), metavar="MS",
                    help="waldio_flush_ms of waldio-normal (libwaldio default 100)")
     g.add_argument("--prealloc", metavar="BYTES",
                    help="waldio_prealloc, e.g. 4M (libwaldio default 4 MiB); also raw-dio's ring")
-    g.add_argument("--group-ms", type=_int_at_least(1), metavar="MS",
+    g.add_argument("--group-ms", type=int_at_least(1), metavar="MS",
                    help="waldio_group_ms of the group modes (libwaldio default 2)")
     g.add_argument("--group-bytes", metavar="BYTES",
                    help="waldio_group_bytes of the group modes, 4K..16M (libwaldio default 16K)")
@@ -249,17 +166,17 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g.add_argument("--fs", choices=fsimage.KINDS,
                    help="make a fresh loop file system of this kind (default ext4 when root "
                         "and loop devices are available)")
-    g.add_argument("--fs-size", type=_int_at_least(16), metavar="MIB",
+    g.add_argument("--fs-size", type=int_at_least(16), metavar="MIB",
                    help="size of the loop image (sparse; default from the workload, >= 256)")
     g.add_argument("--dir", metavar="DIR",
                    help="run in a private sub-directory of DIR instead of a loop file system")
 
     g = p.add_argument_group("statistics")
-    g.add_argument("--repetitions", type=_int_at_least(1), metavar="N",
+    g.add_argument("--repetitions", type=int_at_least(1), metavar="N",
                    help="measured rounds (default 5)")
-    g.add_argument("--warmup", type=_int_at_least(0), metavar="N",
+    g.add_argument("--warmup", type=int_at_least(0), metavar="N",
                    help="warm-up rounds, run and stored but excluded (default 1)")
-    g.add_argument("--max-latency-samples", type=_int_at_least(1), metavar="N",
+    g.add_argument("--max-latency-samples", type=int_at_least(1), metavar="N",
                    help="per repetition, keep at most N latencies (reservoir; percentiles "
                         "use all of them); default 100000")
 
@@ -287,49 +204,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     r.set_defaults(func=run_report, _parser=r)
 
 
-# --------------------------------------------------------------------------
-# bench
-# --------------------------------------------------------------------------
-
-_SETTING_ARGS = ("phases", "mix", "transactions", "ops_per_txn", "record_size", "prepopulate",
-                 "tables", "schema", "insert_ids", "txn", "key_order", "seed", "threads",
-                 "shared_db", "think_ms", "regime", "timed", "checkpoint_mode", "repetitions",
-                 "warmup", "page_size", "cache_size", "mmap_size", "locking_mode",
-                 "wal_autocheckpoint", "journal_size_limit", "stock_reserve", "flush_ms",
-                 "prealloc", "group_ms", "group_bytes", "max_latency_samples")
-
-
-def _settings_from_args(args: argparse.Namespace) -> B.Settings:
-    overrides = {k: getattr(args, k) for k in _SETTING_ARGS}
-    overrides["layout"] = args.layout
-    overrides["sqlite"] = args.sqlite
-    overrides["ceiling"] = args.ceiling
-    if args.prealloc is not None:
-        try:
-            B._parse_size(args.prealloc)
-        except ValueError:
-            raise ValueError(f"--prealloc: expected bytes with an optional K/M/G suffix, "
-                             f"got {args.prealloc!r}")
-    return B.resolve_settings(args.preset, overrides)
-
-
-def _mode_list(args: argparse.Namespace) -> List[B.ModeSpec]:
-    if args.modes:
-        return B.parse_modes(args.modes, args.layout, args.sqlite)
-    names = list(B.PRESETS[args.preset].native_modes) if args.preset else []
-    names += [m for m in B.QUICK_MODES if m not in names]
-    return B.parse_modes(",".join(names), args.layout, args.sqlite)
-
-
 def run_bench(args: argparse.Namespace) -> int:
-    from . import report as R
+    from waldio.bench import report as R
     parser: argparse.ArgumentParser = args._parser
     if args.dir is not None and args.fs is not None:
         parser.error("--dir and --fs exclude each other: --dir runs in an existing directory, "
                      "--fs makes a fresh loop file system")
     try:
-        settings = _settings_from_args(args)
-        modes = _mode_list(args)
+        settings = settings_from_args(args)
+        modes = mode_list(args)
     except ValueError as e:
         parser.error(str(e))
     labels = [m.label for m in modes]
@@ -394,12 +277,8 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0 if doc["ok"] else 1
 
 
-# --------------------------------------------------------------------------
-# report
-# --------------------------------------------------------------------------
-
 def run_report(args: argparse.Namespace) -> int:
-    from . import report as R
+    from waldio.bench import report as R
     parser: argparse.ArgumentParser = args._parser
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
@@ -433,7 +312,8 @@ def run_report(args: argparse.Namespace) -> int:
             print("waldio report: error: plots need matplotlib (pip install 'waldio[plot]')",
                   file=sys.stderr)
             return 3
-        written = R.plot_all(docs, args.out, formats)
+        from waldio.bench.plots import plot_all
+        written = plot_all(docs, args.out, formats)
         for w in written:
             out.line(f"wrote {w}")
     return status

@@ -1,8 +1,8 @@
 """``waldio trace``: argparse registration, tables, plots and the JSON file.
 
-The engine is :mod:`waldio.trace`; the workload is ``waldio bench``'s, so
+The engine is the rest of :mod:`waldio.trace`; the workload is ``waldio bench``'s, so
 every workload option is bench's own (the parser inherits them from
-:func:`waldio.bench_cli.register`, and :func:`waldio.bench_cli._settings_from_args`
+:func:`waldio.bench.cli.register`, and :func:`waldio.bench.options.settings_from_args`
 turns them into settings): one option, one meaning, in both commands.
 docs/trace.md documents the method and every output.
 
@@ -23,12 +23,13 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import bench as B
-from . import bench_cli as BC
-from . import trace as T
+from waldio import bench as B
+from waldio import trace as T
+from waldio.bench import cli as bench_cli
+from waldio.bench import options as BO
 
-SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "trace.schema.json"
-BENCH_SCHEMA_PATH = Path(__file__).resolve().parent / "schemas" / "bench.schema.json"
+SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "trace.schema.json"
+BENCH_SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "bench.schema.json"
 
 TABLE1_MODES = "off-full,wal-full,delete-full,truncate-full,persist-full,waldio-full"
 DEFAULT_TRANSACTIONS = 20
@@ -65,12 +66,12 @@ def _bench_parser() -> argparse.ArgumentParser:
     """waldio bench's own parser (its options become trace's)."""
     holder = argparse.ArgumentParser(add_help=False)
     sub = holder.add_subparsers()
-    BC.register(sub)
+    bench_cli.register(sub)
     return sub.choices["bench"]
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    from . import fsimage
+    from waldio import fs as fsimage
     p = subparsers.add_parser(
         "trace", parents=[_bench_parser()], conflict_handler="resolve",
         help="block-level I/O attribution of SQLite modes on a fresh loop file system",
@@ -85,19 +86,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(modes=TABLE1_MODES, transactions=DEFAULT_TRANSACTIONS, schema=DEFAULT_SCHEMA)
     o = p.add_argument_group("options whose meaning or default differs from waldio bench")
-    o.add_argument("--modes", type=BC._modes, metavar="LIST",
+    o.add_argument("--modes", type=BO.mode_list_arg, metavar="LIST",
                    help=f"SQL modes to trace, in this order, each round (default {TABLE1_MODES}: "
                         "the paper's Table 1); raw modes run no SQLite and are refused")
-    o.add_argument("--transactions", type=BC._int_at_least(1), metavar="N",
+    o.add_argument("--transactions", type=BO.int_at_least(1), metavar="N",
                    help=f"transactions per phase (default {DEFAULT_TRANSACTIONS}, not the preset's "
                         "count; pass 1000 for the paper's Fig. 8/15)")
     o.add_argument("--schema", choices=B.SCHEMAS,
                    help=f"default {DEFAULT_SCHEMA}: one B-tree page per insert, as the paper's "
                         "Table 1 figures imply (autoincrement also rewrites sqlite_sequence)")
-    o.add_argument("--repetitions", type=BC._int_at_least(1), metavar="N", default=1,
+    o.add_argument("--repetitions", type=BO.int_at_least(1), metavar="N", default=1,
                    help="traced repetitions per mode (default 1); each gets an untraced control "
                         "repetition unless --no-overhead")
-    o.add_argument("--warmup", type=BC._int_at_least(0), metavar="N",
+    o.add_argument("--warmup", type=BO.int_at_least(0), metavar="N",
                    help="untraced warm-up rounds before them (default 1)")
     o.add_argument("--fs", choices=fsimage.KINDS, default="ext4",
                    help="file system made fresh on a loop device for the run (default ext4, "
@@ -109,19 +110,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g = p.add_argument_group("trace")
     g.add_argument("--no-overhead", action="store_true",
                    help="do not run untraced control repetitions (no overhead figure)")
-    g.add_argument("--steady-after", type=BC._int_at_least(0), metavar="N",
+    g.add_argument("--steady-after", type=BO.int_at_least(0), metavar="N",
                    help="steady-state per-transaction figures exclude the first N transactions of "
                         "every repetition (default min(10, transactions/2))")
-    g.add_argument("--poll-ms", type=BC._float_at_least_zero, metavar="MS", default=0.0,
+    g.add_argument("--poll-ms", type=BO.float_at_least_zero, metavar="MS", default=0.0,
                    help="FIEMAP/stat polling interval for files that come and go, e.g. rollback "
                         "journals, for file systems without map events (default 0: only at opens and "
                         "closes; the online extent map events cover ext4, xfs and btrfs)")
-    g.add_argument("--buffer-kib", type=BC._int_at_least(64), metavar="KIB", default=8192,
+    g.add_argument("--buffer-kib", type=BO.int_at_least(64), metavar="KIB", default=8192,
                    help="tracefs ring buffer per CPU (default 8192)")
     g.add_argument("--out", metavar="DIR", default="waldio-trace",
                    help="directory for trace.json and the plots (default ./waldio-trace)")
     g.add_argument("--no-plot", action="store_true", help="no PNG/SVG plots")
-    g.add_argument("--timeline-txns", type=BC._int_at_least(0), metavar="N", default=10,
+    g.add_argument("--timeline-txns", type=BO.int_at_least(0), metavar="N", default=10,
                    help="transactions shown in the timeline plot, from the first steady-state "
                         "one (default 10, as the paper's Fig. 12; 0 = the whole window)")
     g.add_argument("--markdown", metavar="FILE",
@@ -346,7 +347,7 @@ def definitions_lines(doc: Dict[str, Any]) -> List[str]:
 
 def trace_header(doc: Dict[str, Any]) -> str:
     """The [trace] section of the parameter header (bench's sections come first)."""
-    from . import params as P
+    from waldio import params as P
     t = doc["params"]["trace"]
     o = t["options"]
     events: List[str] = []
@@ -554,15 +555,14 @@ def _save(fig: Any, stem: str, formats: Sequence[str]) -> List[str]:
 # --------------------------------------------------------------------------
 
 def run_trace(args: argparse.Namespace) -> int:
-    from . import fsimage
-    from . import report as R
+    from waldio.bench import report as R
     parser: argparse.ArgumentParser = args._parser
     if args.dir is not None:
         parser.error("--dir: waldio trace always makes a fresh loop file system (--fs), so "
                      "that every block request on the device is the workload's")
     try:
-        settings = BC._settings_from_args(args)
-        modes = BC._mode_list(args)
+        settings = BO.settings_from_args(args)
+        modes = BO.mode_list(args)
     except ValueError as e:
         parser.error(str(e))
     raw = [m.label for m in modes if not m.mode.is_sql]

@@ -1,0 +1,130 @@
+"""I/O accounting without root: block-device and process counters.
+
+* Block device: ``/sys/class/block/<dev>/stat`` of the device holding the
+  database (for a loop file system: the loop device, which sees the file
+  system's journal and data and nothing else); sectors written and flush
+  requests; also the disk holding a loop device's backing file.
+* Process: ``/proc/self/io`` (``write_bytes``, ``syscw``, ``wchar``).
+The counters include every other writer of the device.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from waldio import params as _params
+
+_STAT_FIELDS = ("read_ios", "read_merges", "read_sectors", "read_ticks", "write_ios",
+                "write_merges", "write_sectors", "write_ticks", "in_flight", "io_ticks",
+                "time_in_queue", "discard_ios", "discard_merges", "discard_sectors",
+                "discard_ticks", "flush_ios", "flush_ticks")
+
+
+@dataclass
+class Device:
+    name: str
+    role: str               # "holds the database" / "holds the loop device's backing file"
+    stat_path: str
+    kind: str               # disk / partition / loop / ...
+
+
+def _sysfs_name(majmin: str) -> Optional[str]:
+    link = f"/sys/dev/block/{majmin}"
+    return os.path.basename(os.path.realpath(link)) if os.path.exists(link) else None
+
+
+def _kind_of(name: str) -> str:
+    base = f"/sys/class/block/{name}"
+    if os.path.isdir(f"{base}/loop"):
+        return "loop"
+    if os.path.isdir(f"{base}/dm"):
+        return "dm"
+    if os.path.exists(f"{base}/partition"):
+        return "partition"
+    return "disk"
+
+
+def _device_of_path(path: str) -> Optional[str]:
+    st = os.stat(path)
+    majmin = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+    name = _sysfs_name(majmin) if os.major(st.st_dev) != 0 else None
+    if name:
+        return name
+    try:  # btrfs and other anonymous st_dev: the mount's source device
+        src = _params.mount_of(path)["source"]
+        if src.startswith("/dev/"):
+            rdev = os.stat(src).st_rdev
+            if rdev:
+                return _sysfs_name(f"{os.major(rdev)}:{os.minor(rdev)}")
+    except Exception:  # noqa: BLE001
+        return None
+    return None
+
+
+def devices_for(path: str) -> List[Device]:
+    """The block device holding ``path`` and, for a loop device, the one below it."""
+    out: List[Device] = []
+    name = _device_of_path(path)
+    if not name:
+        return out
+    kind = _kind_of(name)
+    out.append(Device(name, "holds the database", f"/sys/class/block/{name}/stat", kind))
+    if kind == "loop":
+        try:
+            backing = _params.read_text(f"/sys/class/block/{name}/loop/backing_file")
+            below = _device_of_path(backing.removesuffix(" (deleted)"))
+            if below and below != name:
+                out.append(Device(below, f"holds {name}'s backing file",
+                                  f"/sys/class/block/{below}/stat", _kind_of(below)))
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+def read_device(dev: Device) -> Dict[str, int]:
+    with open(dev.stat_path) as f:
+        vals = [int(x) for x in f.read().split()]
+    return {k: v for k, v in zip(_STAT_FIELDS, vals)}
+
+
+def read_proc_io() -> Dict[str, int]:
+    out: Dict[str, int] = {}
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                out[k.strip()] = int(v)
+    except OSError:
+        pass
+    return out
+
+
+def device_delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, Any]:
+    d = {k: b[k] - a[k] for k in a if k in b}
+    return {"write_bytes": d.get("write_sectors", 0) * 512,
+            "write_ios": d.get("write_ios", 0),
+            "read_bytes": d.get("read_sectors", 0) * 512,
+            "read_ios": d.get("read_ios", 0),
+            "flushes": d["flush_ios"] if "flush_ios" in d else None,
+            "discard_bytes": d.get("discard_sectors", 0) * 512}
+
+
+def proc_delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, Any]:
+    return {k: (b[k] - a[k]) if k in a and k in b else None
+            for k in ("write_bytes", "wchar", "syscw", "read_bytes", "rchar", "syscr",
+                      "cancelled_write_bytes")}
+
+
+class Snapshot:
+    def __init__(self, devices: List[Device]) -> None:
+        self.dev = [read_device(d) for d in devices]
+        self.proc = read_proc_io()
+
+
+def sync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

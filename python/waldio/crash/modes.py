@@ -1,0 +1,100 @@
+"""The journal modes ``waldio crash`` checks, each with its durability contract.
+
+A :class:`Mode` is a stock or waldio configuration (journal mode, synchronous
+level, waldio URI options and PRAGMAs) plus what it promises after a crash:
+which acknowledged transactions must survive under each crash model
+(:data:`MODELS`: process kill, OS crash, power loss).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Tuple
+
+
+@dataclass(frozen=True)
+class Mode:
+    """A journal mode and its durability contract (docs/durability.md)."""
+    name: str
+    waldio: bool                 # opened through the waldio VFS
+    synchronous: str             # PRAGMA synchronous
+    journal: str = "WAL"         # PRAGMA journal_mode
+    uri: Tuple[Tuple[str, str], ...] = ()
+    # Which acknowledged transactions must survive each crash model:
+    #   "all"    every transaction acknowledged before the crash
+    #   "flush"  those acknowledged before the last completed device flush
+    #   "walsync" those acknowledged before the last completed sync of the WAL
+    #   "committed" those whose commit frame had reached the log (kill, os)
+    #            or durable media (power) at the crash: group async, whose
+    #            commits return before their frames are written. Its time
+    #            bound (group_ms) is measured from the recording and reported
+    #   "none"   nothing (a mode without guarantees; used to show the
+    #            checker fails when it should)
+    os_contract: str = "all"
+    power_contract: str = "all"
+    kill_contract: str = "all"
+    testonly: bool = False
+    # The run starts from a standard WAL left by stock SQLite (the first
+    # third of the transactions, never checkpointed); waldio converts it at
+    # its first open (format.md §7), during the recording.
+    from_stock: bool = False
+
+    def uri_options(self) -> Dict[str, str]:
+        return dict(self.uri)
+
+
+LOG_PREALLOC = "256K"
+
+
+MODES: Dict[str, Mode] = {m.name: m for m in [
+    Mode("wal-full", False, "FULL"),
+    Mode("wal-normal", False, "NORMAL", os_contract="walsync", power_contract="walsync"),
+    Mode("waldio-full", True, "FULL", uri=(("prealloc", LOG_PREALLOC),)),
+    Mode("waldio-persistent", True, "FULL",
+         uri=(("prealloc", LOG_PREALLOC), ("sync", "persistent"))),
+    Mode("waldio-normal", True, "NORMAL",
+         uri=(("prealloc", LOG_PREALLOC), ("flush_ms", "10")),
+         power_contract="flush"),
+    Mode("waldio-group-durable", True, "FULL",
+         uri=(("prealloc", LOG_PREALLOC), ("group", "durable"))),
+    Mode("waldio-from-stock", True, "FULL", uri=(("prealloc", LOG_PREALLOC),), from_stock=True),
+    Mode("waldio-group-async", True, "FULL",
+         uri=(("prealloc", LOG_PREALLOC), ("group", "async"), ("group_ms", "2")),
+         kill_contract="committed", os_contract="committed", power_contract="committed"),
+    # Rollback journal with synchronous=OFF: SQLite promises nothing under
+    # power loss. Included to prove that the checker finds corruption, holes
+    # and losses when they happen (tests/py/test_crash.py).
+    Mode("delete-off", False, "OFF", journal="DELETE", testonly=True,
+         os_contract="none", power_contract="none"),
+]}
+
+
+DEFAULT_MODES = [m for m in MODES if not MODES[m].testonly]
+
+
+LAYOUTS = ("embed", "pad4k", "pad8k")
+
+
+def get_mode(name: str) -> Mode:
+    """A mode by name; "waldio-...+pad4k" is that waldio mode with the
+    pad4k (or pad8k, embed) log layout."""
+    base, _, layout = name.partition("+")
+    if base not in MODES:
+        raise KeyError("unknown mode %r (expected one of %s)" % (name, ", ".join(MODES)))
+    m = MODES[base]
+    if not layout:
+        return m
+    if not m.waldio or layout not in LAYOUTS:
+        raise KeyError("mode %r: a layout (%s) applies to waldio modes only"
+                       % (name, ", ".join(LAYOUTS)))
+    return Mode(name, m.waldio, m.synchronous, m.journal, m.uri + (("layout", layout),),
+                m.os_contract, m.power_contract, m.kill_contract, m.testonly, m.from_stock)
+
+
+# Stock-mode states are also opened through waldio, which must convert the
+# standard WAL and recover exactly what stock SQLite recovers (format.md §7).
+# The stock databases have no reserved bytes, so the padding layout is used.
+CONVERT_MODE = Mode("waldio-convert", True, "FULL", uri=(("prealloc", LOG_PREALLOC),
+                                                        ("layout", "pad4k")))
+
+
+MODELS = ("kill", "os", "power")

@@ -1,0 +1,129 @@
+"""Recording a workload: a child process with the crash recorder loaded below waldio.
+
+The recorder (``recorder.so``) is an SQLite VFS stacked under waldio that
+also hooks waldio's own system calls, so every write (buffered, direct, FUA),
+sync, truncate, create, rename and delete is logged with its bytes, in
+completion order, with an ``ack`` mark after each acknowledged transaction.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import waldio
+
+from .database import Runner, make_base, recorder_path
+from .modes import get_mode
+from .workload import DB_NAME, apsw_module, reference_digests
+
+
+def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    env = dict(os.environ)
+    root = str(Path(waldio.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env.update(extra or {})
+    return env
+
+
+def load_recorder() -> None:
+    apsw = apsw_module()
+    c = apsw.Connection(":memory:")
+    c.enable_load_extension(True)
+    c.load_extension(str(recorder_path()), "sqlite3_recorder_init")
+    c.close()
+
+
+def control_connection() -> Any:
+    return apsw_module().Connection(":memory:")
+
+
+class RecordingError(RuntimeError):
+    """The workload failed while it was being recorded (before any crash)."""
+
+    def __init__(self, msg: str, log_path: Path) -> None:
+        super().__init__(msg)
+        self.log_path = log_path
+
+    def short(self) -> str:
+        lines = [l for l in str(self).splitlines() if l.strip()]
+        return lines[-1] if lines else str(self)
+
+
+def record(mode_name: str, workload: str, seed: int, txns: int, out_dir: Path,
+           timeout: float = 600) -> Path:
+    """Record one run into out_dir (events.bin, meta.json, base/).
+    Runs in a child process: the recorder must load before waldio."""
+    out_dir = Path(out_dir)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    args = {"mode": mode_name, "workload": workload, "seed": seed, "txns": txns,
+            "out": str(out_dir)}
+    proc = subprocess.run([sys.executable, "-m", "waldio.crash", "_record", json.dumps(args)],
+                          capture_output=True, text=True, timeout=timeout,
+                          env=child_env({"WALDIO_RECORDER_SEED": str(seed)}))
+    if proc.returncode != 0:
+        (out_dir / "record.log").write_text(proc.stdout + proc.stderr)
+        raise RecordingError("recording %s/%s failed (exit %d):\n%s%s" % (
+            mode_name, workload, proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:]),
+            out_dir / "record.log")
+    meta = json.loads((out_dir / "meta.json").read_text())
+    meta["digests"] = reference_digests(workload, seed, txns)
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+    return out_dir
+
+
+def role_record(args: Dict[str, Any]) -> None:
+    mode = get_mode(args["mode"])
+    out = Path(args["out"])
+    live = out / "live"
+    live.mkdir()
+    load_recorder()
+    vfs = "recorder"
+    if mode.waldio:
+        waldio.load()
+        ctl = control_connection()
+        hooked = ctl.execute("SELECT recorder_hook_waldio('waldio')").fetchall()[0][0]
+        if hooked < 10:
+            raise SystemExit("recorder_hook_waldio hooked only %s system calls" % hooked)
+        vfs = "waldio"
+    else:
+        ctl = control_connection()
+    db = live / DB_NAME
+    steps, done_before = make_base(mode, db, args["workload"], args["seed"], args["txns"], vfs)
+    (out / "base").mkdir()
+    base_files = []
+    for p in sorted(live.iterdir()):
+        if p.name.endswith("-shm"):
+            continue
+        shutil.copyfile(p, out / "base" / p.name)
+        base_files.append(p.name)
+    ctl.execute("SELECT recorder_start(?)", (str(out / "events.bin"),)).fetchall()
+    if done_before:
+        # Acknowledged (and durable) before the recording: in the base.
+        ctl.execute("SELECT recorder_mark('ack', ?)", (done_before,)).fetchall()
+
+    def ack(n: int) -> None:
+        ctl.execute("SELECT recorder_mark('ack', ?)", (n,)).fetchall()
+
+    runner = Runner(mode, db, vfs=vfs, on_ack=ack)
+    runner.run(steps)
+    runner.close()
+    ctl.execute("SELECT recorder_mark('end', 0)").fetchall()
+    n_events = ctl.execute("SELECT recorder_stop()").fetchall()[0][0]
+    apsw = apsw_module()
+    meta = {"mode": mode.name, "workload": args["workload"], "seed": args["seed"],
+            "txns": args["txns"], "live_dir": str(live.resolve()), "base_files": base_files,
+            "events": n_events, "sqlite": apsw.sqlite_lib_version(), "apsw": apsw.apsw_version(),
+            "recorder_seed": os.environ.get("WALDIO_RECORDER_SEED")}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def events_hash(rec_dir: Path) -> str:
+    return hashlib.blake2b((Path(rec_dir) / "events.bin").read_bytes(), digest_size=6).hexdigest()

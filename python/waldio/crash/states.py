@@ -1,0 +1,631 @@
+"""Crash states: replaying a recording into file images under a crash model.
+
+:class:`Recording` replays the log with two cache layers: a page cache per
+file (buffered writes, made durable by that file's fsync/fdatasync) and one
+volatile device write cache shared by all files (direct writes; any flush
+makes everything in it durable; an RWF_DSYNC write is durable by itself).
+Process kill: every completed call survives; OS crash: the device cache
+survives, unsynced page-cache data may be lost; power loss: only durable data
+plus any subset of the volatile writes survives, and the write in flight may
+tear at 512-byte sectors.  :class:`Image` is one file's bytes in a state.
+"""
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import os
+import random
+import struct
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from waldio.logformat import FRAME_HDR, log_geometry
+
+from .events import (
+    CLS_NAMES,
+    CR,
+    DEV,
+    EVENT_NAMES,
+    FA,
+    FALLOC_KEEP_SIZE,
+    FALLOC_PUNCH_HOLE,
+    FALLOC_WRITE_ZEROES,
+    FALLOC_ZERO_RANGE,
+    FUA,
+    INF,
+    PAGE,
+    REC_DIRSYNC,
+    REC_FALLOC,
+    REC_FAULT,
+    REC_MARK,
+    REC_OPEN,
+    REC_RENAME,
+    REC_SYNC_BEGIN,
+    REC_SYNC_END,
+    REC_TRUNC,
+    REC_UNLINK,
+    REC_WRITE,
+    REC_ZERO,
+    RN,
+    UL,
+    Item,
+    StateKey,
+    T,
+    W,
+    parse_events,
+)
+from .modes import MODELS, get_mode
+
+
+class Recording:
+    """A recorded run: base files, events, acks, and the crash-state model."""
+
+    def __init__(self, rec_dir: Path) -> None:
+        self.dir = Path(rec_dir)
+        self.meta = json.loads((self.dir / "meta.json").read_text())
+        self.mode = get_mode(self.meta["mode"])
+        self.digests: List[str] = self.meta["digests"]
+        self.events = parse_events(self.dir / "events.bin")
+        self.live_dir = self.meta["live_dir"]
+        self.base_ns: Dict[str, int] = {}
+        self.base_img: Dict[int, bytes] = {}
+        for i, name in enumerate(sorted(self.meta["base_files"])):
+            self.base_ns[name] = i
+            self.base_img[i] = (self.dir / "base" / name).read_bytes()
+        self._build()
+
+    # ---- building the item list
+    def _name(self, path: str) -> Optional[str]:
+        d, base = os.path.split(path)
+        return base if os.path.normpath(d) == os.path.normpath(self.live_dir) else None
+
+    def _build(self) -> None:
+        ns = dict(self.base_ns)
+        ino_name: Dict[int, str] = {v: k for k, v in ns.items()}
+        next_ino = len(ns)
+        fid_ino: Dict[int, int] = {}
+        items: List[Item] = []
+        syncs: List[Tuple[int, int, int]] = []         # (begin, end, ino)
+        sync_begin: Dict[int, Tuple[int, int]] = {}
+        dirsyncs: List[int] = []
+        acks: List[Tuple[int, int]] = []
+        self.faults: List[Tuple[int, str, int]] = []
+        self.n_by_type: Dict[str, int] = {}
+        self.write_bytes = {PAGE: 0, DEV: 0, FUA: 0}
+        for e_idx, ev in enumerate(self.events):
+            tname = EVENT_NAMES.get(ev.type, str(ev.type))
+            self.n_by_type[tname] = self.n_by_type.get(tname, 0) + 1
+            if ev.type == REC_OPEN:
+                name = self._name(bytes(ev.payload).decode())
+                if name is None:
+                    continue
+                if name not in ns:
+                    ino = next_ino
+                    next_ino += 1
+                    ns[name] = ino
+                    ino_name[ino] = name
+                    items.append(Item(e_idx, CR, PAGE, ino=ino, name=name, ns=True))
+                fid_ino[ev.fid] = ns[name]
+            elif ev.type in (REC_WRITE, REC_ZERO):
+                ino = fid_ino.get(ev.fid)
+                if ino is None:
+                    continue
+                data = ev.payload if ev.type == REC_WRITE else None
+                items.append(Item(e_idx, W, ev.cls, ino=ino, off=ev.a, length=ev.b, data=data,
+                                  name=ino_name.get(ino, "?")))
+                self.write_bytes[ev.cls] += ev.b
+            elif ev.type == REC_TRUNC:
+                ino = fid_ino.get(ev.fid)
+                if ino is not None:
+                    items.append(Item(e_idx, T, PAGE, ino=ino, length=ev.a, name=ino_name.get(ino, "?")))
+            elif ev.type == REC_FALLOC:
+                ino = fid_ino.get(ev.fid)
+                if ino is None:
+                    continue
+                mode = struct.unpack("<I", bytes(ev.payload[:4]))[0]
+                cls = DEV if mode & FALLOC_WRITE_ZEROES else PAGE
+                items.append(Item(e_idx, FA, cls, ino=ino, off=ev.a, length=ev.b, mode=mode,
+                                  name=ino_name.get(ino, "?")))
+            elif ev.type == REC_SYNC_BEGIN:
+                ino = fid_ino.get(ev.fid)
+                if ino is not None:
+                    sync_begin[ev.a] = (e_idx, ino)
+            elif ev.type == REC_SYNC_END:
+                got = sync_begin.pop(ev.a, None)
+                if got is not None and ev.b == 0:
+                    syncs.append((got[0], e_idx, got[1]))
+            elif ev.type == REC_UNLINK:
+                name = self._name(bytes(ev.payload).decode())
+                if name is not None and name in ns:
+                    items.append(Item(e_idx, UL, PAGE, ino=ns[name], name=name, ns=True))
+                    del ns[name]
+            elif ev.type == REC_RENAME:
+                a, b = bytes(ev.payload).decode().split("\0")
+                na, nb = self._name(a), self._name(b)
+                if na is not None and nb is not None and na in ns:
+                    items.append(Item(e_idx, RN, PAGE, ino=ns[na], name=na, name2=nb, ns=True))
+                    ns[nb] = ns.pop(na)
+                    ino_name[ns[nb]] = nb
+            elif ev.type == REC_DIRSYNC:
+                d = bytes(ev.payload).decode()
+                if os.path.normpath(d) == os.path.normpath(self.live_dir):
+                    dirsyncs.append(e_idx)
+            elif ev.type == REC_MARK:
+                name = bytes(ev.payload).decode()
+                if name == "ack":
+                    acks.append((e_idx, ev.a))
+            elif ev.type == REC_FAULT:
+                self.faults.append((e_idx, bytes(ev.payload).decode(), ev.a))
+        self.items = items
+        self.syncs = syncs
+        self.ino_name = ino_name
+        self.n = len(self.events)
+        self._durability(syncs, dirsyncs)
+        self._acks(acks, syncs)
+        self.item_idx = [it.idx for it in items]
+        self._commit_frames()
+        self.write_events = [it.idx for it in items if it.op == W]
+        self.dev_write_events = [it.idx for it in items if it.op == W and it.cls == DEV]
+        self._volatile_counts()
+
+    def _durability(self, syncs: List[Tuple[int, int, int]], dirsyncs: List[int]) -> None:
+        """When each item becomes durable (docs/crash.md, "the model")."""
+        # Any completed flush makes every device-cache item that completed
+        # before the flush began durable; a file's sync also writes back that
+        # file's page cache first.
+        by_begin = sorted(syncs)
+        begins = [s[0] for s in by_begin]
+        suf = [INF] * (len(by_begin) + 1)
+        for i in range(len(by_begin) - 1, -1, -1):
+            suf[i] = min(suf[i + 1], by_begin[i][1])
+        per_ino: Dict[int, Tuple[List[int], List[int]]] = {}
+        for ino in {s[2] for s in syncs}:
+            own = sorted(s for s in syncs if s[2] == ino)
+            b = [s[0] for s in own]
+            sm = [INF] * (len(own) + 1)
+            for i in range(len(own) - 1, -1, -1):
+                sm[i] = min(sm[i + 1], own[i][1])
+            per_ino[ino] = (b, sm)
+        for it in self.items:
+            if it.ns:
+                j = bisect.bisect_right(dirsyncs, it.idx)
+                it.durable_at = dirsyncs[j] if j < len(dirsyncs) else INF
+            elif it.cls == FUA:
+                it.durable_at = it.idx
+            elif it.cls == DEV:
+                j = bisect.bisect_right(begins, it.idx)
+                it.durable_at = suf[j]
+            else:
+                b, sm = per_ino.get(it.ino, ([], [INF]))
+                j = bisect.bisect_right(b, it.idx)
+                it.durable_at = sm[j]
+
+    def _acks(self, acks: List[Tuple[int, int]], syncs: List[Tuple[int, int, int]]) -> None:
+        n = self.n
+        A = [0] * n
+        ai, cur = 0, 0
+        for t in range(n):
+            while ai < len(acks) and acks[ai][0] <= t:
+                cur = max(cur, acks[ai][1])
+                ai += 1
+            A[t] = cur
+        self.A = A
+        self.acks = acks
+        self.n_acked = cur
+        self.ack_events = [a[0] for a in acks]
+
+        def last_flush_req(pred: Callable[[int], bool]) -> List[int]:
+            req = [0] * n
+            ends = sorted((e, b) for (b, e, ino) in syncs if pred(ino))
+            best, j = 0, 0
+            for t in range(n):
+                while j < len(ends) and ends[j][0] <= t:
+                    best = max(best, A[ends[j][1]] if ends[j][1] >= 0 else 0)
+                    j += 1
+                req[t] = best
+            return req
+
+        wal_inos = {ino for ino, name in self.ino_name.items() if name.endswith("-wal")}
+        self.req_flush = last_flush_req(lambda ino: True)
+        self.req_walsync = last_flush_req(lambda ino: ino in wal_inos)
+        self.flush_events = sorted(e for (b, e, ino) in syncs)
+
+    def _commit_frames(self) -> None:
+        """For waldio logs: which log write carried each transaction's commit
+        frame (a frame header with nTruncate != 0), decoded from the
+        recorded bytes. commit_items[j-1] is the write holding the j-th."""
+        self.commit_items: List[Item] = []
+        self.commit_frames_ok = False
+        wal = [n for n in self.base_ns if n.endswith("-wal")]
+        if not self.mode.waldio or not wal:
+            return
+        g = log_geometry(self.base_img[self.base_ns[wal[0]]])
+        if g is None:
+            return
+        page, slot, area, block = g["page"] or 4096, g["slot"] or 4096, g["area"], g["block"]
+        hdr_at = page - FRAME_HDR if g["layout"] == 1 else 0
+        log_inos = {ino for ino, name in self.ino_name.items() if name.endswith("-wal")}
+        # A spilled transaction's frames are first written with zero salts
+        # and checksums and then rewritten with both, the commit frame last
+        # (SQLite's walEncodeFrame with iReCksum, walRewriteChecksums): a
+        # commit frame counts once written with its salts. Frames are keyed
+        # by (slot, salts), which name one frame of one generation; the last
+        # write of a frame is the one that counts.
+        latest: Dict[Tuple[int, int, int], Item] = {}
+        order: List[Tuple[int, int, int]] = []
+        for it in self.items:
+            if it.op != W or it.ino not in log_inos or it.data is None or it.off < area:
+                continue
+            # Every slot whose 24-byte frame header lies inside this write (a
+            # padding layout rewrites a header's block alone).
+            first = (it.off - area) // slot
+            last = (it.off + it.length - area) // slot + 1
+            for i in range(first, last):
+                h = area + i * slot + hdr_at - it.off
+                if h < 0 or h + FRAME_HDR > it.length:
+                    continue
+                pgno, ntrunc, s1, s2 = struct.unpack_from(">IIII", it.data, h)
+                if pgno and ntrunc and (s1 or s2):
+                    k = (i, s1, s2)
+                    if k not in latest:
+                        order.append(k)
+                    latest[k] = it
+        self.commit_items = [latest[k] for k in order]
+        self.commit_frames_ok = len(self.commit_items) == self.n_acked
+        self.commit_written = [it.idx for it in self.commit_items]
+        self.commit_durable = sorted(it.durable_at for it in self.commit_items)
+
+    def _committed(self, t: int, durable: bool) -> int:
+        """Transactions whose commit frame was written (durable: and durable)
+        by crash point t."""
+        if not self.commit_frames_ok:
+            return 0
+        if durable:
+            return bisect.bisect_right(self.commit_durable, t)
+        return bisect.bisect_right(self.commit_written, t)
+
+    def commit_delays_ms(self) -> List[float]:
+        """ms from each acknowledgement to its commit frame being durable."""
+        if not self.commit_frames_ok:
+            return []
+        out = []
+        for (e, n), it in zip(self.acks, self.commit_items):
+            if it.durable_at < INF:
+                out.append((self.events[it.durable_at].t_ns - self.events[e].t_ns) / 1e6)
+        return out
+
+    def _volatile_counts(self) -> None:
+        """For every crash point, how many items are volatile (all, and
+        page-cache/namespace only)."""
+        n = self.n
+        d_all = [0] * (n + 1)
+        d_page = [0] * (n + 1)
+        for it in self.items:
+            end = min(it.durable_at, n)
+            if end > it.idx:
+                d_all[it.idx] += 1
+                d_all[end] -= 1
+                if it.cls == PAGE:
+                    d_page[it.idx] += 1
+                    d_page[end] -= 1
+        self.nvol = [0] * n
+        self.nvol_page = [0] * n
+        a = p = 0
+        for t in range(n):
+            a += d_all[t]
+            p += d_page[t]
+            self.nvol[t] = a
+            self.nvol_page[t] = p
+
+    # ---- requirements
+    def required(self, key: StateKey) -> int:
+        t = self.effective_t(key)
+        if t < 0:
+            return 0
+        contract = {"kill": self.mode.kill_contract, "os": self.mode.os_contract,
+                    "power": self.mode.power_contract}[key.model]
+        if contract == "committed":
+            return self._committed(t, durable=key.model == "power")
+        if contract == "all" or contract == "none":
+            return self.A[t]
+        if contract == "flush":
+            return self.req_flush[t]
+        if contract == "walsync":
+            return self.req_walsync[t]
+        raise ValueError(contract)
+
+    def upper(self, key: StateKey) -> int:
+        t = self.effective_t(key)
+        return min((self.A[t] if t >= 0 else 0) + 1, len(self.digests) - 1)
+
+    @staticmethod
+    def effective_t(key: StateKey) -> int:
+        # A torn write was still in flight: the crash came before it completed.
+        return key.t - 1 if key.kind == "torn" else key.t
+
+    # ---- choosing states
+    def interesting_points(self) -> List[int]:
+        pts = set()
+        for e in self.flush_events:
+            pts.add(e - 1)
+            pts.add(e)
+        for e in self.ack_events:
+            pts.add(e)
+        for it in self.items:
+            if it.cls == FUA:
+                pts.add(it.idx)
+        return sorted(p for p in pts if 0 <= p < self.n)
+
+    def sample(self, n_states: int, seed: int, models: Sequence[str] = MODELS,
+               weights: Optional[Dict[str, float]] = None,
+               exclude: Optional[set] = None) -> List[StateKey]:
+        """n_states distinct crash states, chosen deterministically by seed."""
+        rng = random.Random("states:%d" % seed)
+        w = weights or {"kill": 0.2, "os": 0.3, "power": 0.5}
+        models = [m for m in models if w.get(m, 0) > 0]
+        mw = [w[m] for m in models]
+        interesting = self.interesting_points()
+        out: List[StateKey] = []
+        seen = set(exclude or ())
+        attempts = 0
+        while len(out) < n_states and attempts < 60 * n_states + 1000:
+            attempts += 1
+            model = rng.choices(models, mw)[0]
+            key = self._draw(rng, model, interesting)
+            if key is None or key in seen:
+                continue
+            seen.add(key)
+            out.append(key)
+        return out
+
+    def _draw(self, rng: random.Random, model: str, interesting: List[int]) -> Optional[StateKey]:
+        n = self.n
+        if n == 0:
+            return None
+
+        def point() -> int:
+            if interesting and rng.random() < 0.6:
+                return rng.choice(interesting)
+            return rng.randrange(n)
+
+        if model == "kill":
+            return StateKey("kill", point(), "all", 0)
+        if model == "os":
+            kind = rng.choices(["lose", "prefix", "rand", "torn"], [2, 3, 3, 2])[0]
+            if kind == "torn":
+                if not self.dev_write_events:
+                    return None
+                return StateKey("os", rng.choice(self.dev_write_events), "torn", rng.randrange(1 << 30))
+            t = point()
+            v = self.nvol_page[t]
+            if kind == "lose" or v == 0:
+                return StateKey("os", t, "lose", 0)
+            if kind == "prefix":
+                return StateKey("os", t, "prefix", rng.randrange(1, v + 1))
+            return StateKey("os", t, "rand", rng.randrange(1 << 30))
+        kind = rng.choices(["prefix", "drop", "rand", "torn"], [3, 2, 3, 3])[0]
+        if kind == "torn":
+            if not self.write_events:
+                return None
+            return StateKey("power", rng.choice(self.write_events), "torn", rng.randrange(1 << 30))
+        t = point()
+        v = self.nvol[t]
+        if v == 0:
+            return StateKey("power", t, "prefix", 0)
+        if kind == "prefix":
+            return StateKey("power", t, "prefix", rng.randrange(0, v + 1))
+        if kind == "drop":
+            return StateKey("power", t, "drop", rng.randrange(v))
+        return StateKey("power", t, "rand", rng.randrange(1 << 30))
+
+    # ---- materializing states
+    def states(self, keys: Iterable[StateKey]) -> Iterable[Tuple[StateKey, "Image"]]:
+        """Yield (key, image) for each key, in crash-point order."""
+        order = sorted(keys, key=lambda k: (self.effective_t(k), k.model, k.kind, k.param))
+        base = Image(dict(self.base_ns), {i: bytearray(b) for i, b in self.base_img.items()})
+        frontier = 0                      # items[:frontier] are in base
+        items = self.items
+        for key in order:
+            t = self.effective_t(key)
+            while (frontier < len(items) and items[frontier].idx <= t
+                   and items[frontier].durable_at <= t):
+                base.apply(items[frontier])
+                frontier += 1
+            hi = bisect.bisect_right(self.item_idx, t)
+            window = items[frontier:hi]
+            img = base.fork()
+            self._build_state(key, t, window, img)
+            yield key, img
+
+    def _build_state(self, key: StateKey, t: int, window: List[Item], img: "Image") -> None:
+        rng = random.Random("%s" % key.text())
+        volatile = [it for it in window if it.durable_at > t]
+        keep: set = set()
+        if key.model == "kill":
+            keep = {id(it) for it in volatile}
+        elif key.model == "os":
+            page = [it for it in volatile if it.cls == PAGE]
+            keep = {id(it) for it in volatile if it.cls != PAGE}
+            if key.kind == "prefix":
+                keep |= {id(it) for it in page[:key.param]}
+            elif key.kind == "rand":
+                keep |= {id(it) for it in page if rng.random() < 0.5}
+            elif key.kind == "torn":
+                keep |= {id(it) for it in page if rng.random() < 0.5}
+        else:
+            if key.kind == "prefix":
+                keep = {id(it) for it in volatile[:key.param]}
+            elif key.kind == "drop":
+                keep = {id(it) for i, it in enumerate(volatile) if i != key.param}
+            elif key.kind == "rand":
+                p = rng.choice([0.2, 0.5, 0.8])
+                keep = {id(it) for it in volatile if rng.random() < p}
+            elif key.kind == "torn":
+                if rng.random() < 0.5:
+                    keep = {id(it) for it in volatile}
+                else:
+                    keep = {id(it) for it in volatile if rng.random() < 0.5}
+        img.kept = []
+        for it in window:
+            if it.durable_at <= t or id(it) in keep:
+                img.apply(it)
+                if it.durable_at > t:
+                    img.kept.append(it)
+        img.dropped = [it for it in volatile if id(it) not in keep]
+        if key.kind == "torn":
+            torn = self._item_at(key.t)
+            if torn is not None and torn.op == W:
+                img.apply_torn(torn, rng, garbage=(key.model == "power"))
+
+    def _item_at(self, idx: int) -> Optional[Item]:
+        j = bisect.bisect_left(self.item_idx, idx)
+        if j < len(self.items) and self.items[j].idx == idx:
+            return self.items[j]
+        return None
+
+    def state_id(self, key: StateKey) -> str:
+        m = self.meta
+        return "%s/%s/seed=%d/txns=%d/%s" % (m["mode"], m["workload"], m["seed"], m["txns"], key.text())
+
+    def summary(self) -> Dict[str, Any]:
+        return {"events": self.n, "by_type": self.n_by_type, "items": len(self.items),
+                "acked": self.n_acked, "flushes": len(self.flush_events),
+                "bytes": {CLS_NAMES[k]: v for k, v in self.write_bytes.items()},
+                "faults": len(self.faults)}
+
+    def flush_delays_ms(self) -> List[float]:
+        """For each direct write, ms from its completion to the completion of
+        the flush that made it durable (waldio normal's bound, as measured)."""
+        out = []
+        for it in self.items:
+            if it.cls == DEV and it.durable_at < INF:
+                out.append((self.events[it.durable_at].t_ns - self.events[it.idx].t_ns) / 1e6)
+        return out
+
+
+class Image:
+    """The files of one crash state: namespace (name -> inode) and contents.
+    Inode images are shared with the base until first written (fork)."""
+
+    def __init__(self, ns: Dict[str, int], data: Dict[int, bytearray]) -> None:
+        self.ns = ns
+        self.data = data
+        self.owned: set = set(data)
+        self.kept: List[Item] = []
+        self.dropped: List[Item] = []
+        self.torn_desc = ""
+
+    def fork(self) -> "Image":
+        img = Image(dict(self.ns), dict(self.data))
+        img.owned = set()
+        return img
+
+    def _mut(self, ino: int) -> bytearray:
+        if ino not in self.owned:
+            self.data[ino] = bytearray(self.data.get(ino, b""))
+            self.owned.add(ino)
+        return self.data[ino]
+
+    def apply(self, it: Item) -> None:
+        if it.op == W:
+            buf = self._mut(it.ino)
+            end = it.off + it.length
+            if len(buf) < end:
+                buf.extend(bytes(end - len(buf)))
+            if it.data is None:
+                buf[it.off:end] = bytes(it.length)
+            else:
+                buf[it.off:end] = it.data
+        elif it.op == T:
+            buf = self._mut(it.ino)
+            if it.length < len(buf):
+                del buf[it.length:]
+            else:
+                buf.extend(bytes(it.length - len(buf)))
+        elif it.op == FA:
+            buf = self._mut(it.ino)
+            end = it.off + it.length
+            if not it.mode & FALLOC_KEEP_SIZE and len(buf) < end:
+                buf.extend(bytes(end - len(buf)))
+            if it.mode & (FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE | FALLOC_WRITE_ZEROES):
+                hi = min(end, len(buf))
+                if hi > it.off:
+                    buf[it.off:hi] = bytes(hi - it.off)
+        elif it.op == CR:
+            self.ns[it.name] = it.ino
+            if it.ino not in self.data:
+                self.data[it.ino] = bytearray()
+                self.owned.add(it.ino)
+        elif it.op == UL:
+            if self.ns.get(it.name) == it.ino:
+                del self.ns[it.name]
+        elif it.op == RN:
+            if it.name in self.ns:
+                self.ns[it.name2] = self.ns.pop(it.name)
+
+    def apply_torn(self, it: Item, rng: random.Random, garbage: bool) -> None:
+        """The write it, torn at 512-byte sectors."""
+        buf = self._mut(it.ino)
+        first, last = it.off // 512, (it.off + it.length - 1) // 512
+        nsec = last - first + 1
+        style = rng.choice(["prefix", "suffix", "random"] + (["garbage"] if garbage else []))
+        if style == "prefix":
+            cut = rng.randrange(0, nsec)
+            choice = ["new"] * cut + ["old"] * (nsec - cut)
+        elif style == "suffix":
+            cut = rng.randrange(1, nsec + 1)
+            choice = ["old"] * cut + ["new"] * (nsec - cut)
+        elif style == "random":
+            choice = [rng.choice(["new", "old"]) for _ in range(nsec)]
+        else:
+            choice = [rng.choice(["new", "old", "garbage"]) for _ in range(nsec)]
+        if all(c == "new" for c in choice) and nsec > 0:
+            choice[rng.randrange(nsec)] = "old" if not garbage else rng.choice(["old", "garbage"])
+        for i, c in enumerate(choice):
+            lo = max(it.off, (first + i) * 512)
+            hi = min(it.off + it.length, (first + i + 1) * 512)
+            if c == "old":
+                continue
+            if len(buf) < hi:
+                buf.extend(bytes(hi - len(buf)))
+            if c == "new":
+                buf[lo:hi] = bytes(hi - lo) if it.data is None else it.data[lo - it.off:hi - it.off]
+            else:
+                buf[lo:hi] = rng.randbytes(hi - lo)
+        self.torn_desc = "%s: %s" % (it.describe(), "".join(c[0] for c in choice))
+
+    def files(self) -> Dict[str, bytearray]:
+        return {name: self.data.get(ino, bytearray()) for name, ino in self.ns.items()}
+
+    def content_hash(self) -> str:
+        h = hashlib.blake2b(digest_size=16)
+        for name, buf in sorted(self.files().items()):
+            h.update(name.encode() + b"\0" + len(buf).to_bytes(8, "little"))
+            h.update(buf)
+        return h.hexdigest()
+
+    def write_to(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        for p in directory.iterdir():
+            if p.is_file():
+                p.unlink()
+        for name, buf in self.files().items():
+            write_sparse(directory / name, buf)
+
+
+def write_sparse(path: Path, buf: bytes) -> None:
+    """Write buf, leaving runs of zero 4 KiB blocks as holes (read as zeros)."""
+    mv = memoryview(buf)
+    n = len(buf)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.ftruncate(fd, n)
+        blk = 65536
+        zero = bytes(blk)
+        for off in range(0, n, blk):
+            chunk = mv[off:off + blk]
+            if chunk != zero[:len(chunk)]:
+                os.pwrite(fd, chunk, off)
+    finally:
+        os.close(fd)
