@@ -221,11 +221,13 @@ def _connect_sqlite3(path: str | os.PathLike[str], vfs: str, options: Dict[str, 
         probe.close()
     target = uri(path, **options)
     target += ("&" if "?" in target else "?") + urllib.parse.urlencode({"vfs": vfs})
-    conn = sqlite3.connect(target, uri=True)
+    conn = None
     try:
+        conn = sqlite3.connect(target, uri=True)
         conn.execute("PRAGMA schema_version").fetchall()
     except sqlite3.Error as e:
-        conn.close()
+        if conn is not None:
+            conn.close()
         with contextlib.closing(sqlite3.connect(":memory:")) as c:
             detail = str(c.execute("SELECT waldio_last_error()").fetchone()[0])
         raise WaldioError("%s: %s" % (e, detail) if detail else str(e)) from e
