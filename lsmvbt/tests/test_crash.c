@@ -289,7 +289,7 @@ static void crash_in_recovery(const image *pre, int want, const char *what){
   uint32_t tear[256];
   image im = {0, 0, 0};
   int n = 0, v, i, idx[256];
-  char name[600];
+  char name[700];
   lsmvbt_options o = g_check_opt;
   o.io = &g_rec_io;
   img_save(pre, g_crash);
@@ -421,8 +421,6 @@ int main(int argc, char **argv){
   lsmvbt_options o;
   uint64_t seed = argc>1 ? strtoull(argv[1], 0, 0) : 7;
   int ntx = argc>2 ? atoi(argv[2]) : 60;
-  const char *tmp = getenv("TMPDIR");
-  if( (!tmp || !*tmp) && access("/dev/shm", W_OK)==0 ) setenv("TMPDIR", "/dev/shm", 1);
   rng_seed(seed);
   universe_init(300);
   test_dir(dir, sizeof(dir), "crash");
