@@ -58,6 +58,9 @@ class WaldioError(Exception):
     used with the SQLite binding at hand."""
 
 
+WaldioError.__module__ = "waldio"      # raised to users as waldio.WaldioError
+
+
 def extension_path() -> Path:
     """Where waldio.so is ($WALDIO_EXTENSION, the package, the build tree)."""
     return library.find(library.EXTENSION)
