@@ -21,9 +21,11 @@ rows' count per writer by a trigger):
   switcher     open, PRAGMA journal_mode=DELETE, PRAGMA journal_mode=WAL, close
   walthread    the shape of SQLite's walthread-2 (opts["mode"] WAL or DELETE):
                open, read sqlite_master, PRAGMA journal_mode=<mode>, BEGIN,
-               INSERT INTO t1, COMMIT, integrity_check, close
+               INSERT INTO t1, COMMIT, integrity_check, close; "switches"
+               counts the pragmas that changed the mode
 
-opts: id (int), vfs ("waldio" or "unix"), go (path), busy_ms, seed, mode.
+opts: id (int), vfs ("waldio" or "unix"), go (path), busy_ms, seed, mode,
+pause_ms (walthread: the longest pause between two connections).
 """
 from __future__ import annotations
 
@@ -61,6 +63,7 @@ class Figures:
     switches: int = 0
     delete_mode_commits: int = 0
     busy: int = 0
+    slowest_ms: float = 0.0           # the longest loop iteration (a stall shows here)
     errors: List[Dict[str, Any]] = field(default_factory=list)
 
 
@@ -71,6 +74,7 @@ class Worker:
         self.driver, self.db, self.opts, self.fig = driver, db, opts, figures
         self.rng = random.Random(opts.get("seed", 0) * 7919 + figures.id)
         self.deadline = 0.0
+        self.lap_start = 0.0
         self.log: collections.deque = collections.deque(maxlen=20)
         self.state: Dict[str, Any] = {}     # what the role last did, for errors
         if driver.kind == "apsw":      # sqlite3_log messages, for the diagnosis
@@ -79,6 +83,11 @@ class Worker:
                         lambda code, msg: self.log.append("(%d) %s" % (code, msg)))
 
     def running(self) -> bool:
+        """True until the deadline; each call ends one loop iteration."""
+        now = time.monotonic()
+        if self.lap_start:
+            self.fig.slowest_ms = max(self.fig.slowest_ms, (now - self.lap_start) * 1000)
+        self.lap_start = now
         return time.time() < self.deadline
 
     def open(self) -> Any:
@@ -252,8 +261,10 @@ def role_walthread(w: Worker) -> None:
         conn = w.open()
         try:
             w.run(conn, "SELECT * FROM sqlite_master")
+            before = w.run(conn, "PRAGMA journal_mode")[0][0]
             got = w.run(conn, "PRAGMA journal_mode=%s" % mode, busy_ok=True)
-            w.state = {"asked": mode, "journal_mode": got[0][0] if got else "busy"}
+            w.state = {"asked": mode, "was": before, "journal_mode": got[0][0] if got else "busy"}
+            w.fig.switches += bool(got) and got[0][0] != before
             w.run(conn, "BEGIN")
             w.run(conn, "INSERT INTO t1 VALUES(NULL, randomblob(?))", (100 + w.fig.id,))
             in_rollback_mode = journal.exists()
@@ -267,7 +278,7 @@ def role_walthread(w: Worker) -> None:
             conn.close()
         # A pause between connections, so that a process asking for DELETE
         # is sometimes alone and its switch succeeds.
-        time.sleep(w.rng.random() * 0.01)
+        time.sleep(w.rng.random() * w.opts.get("pause_ms", 10) / 1000)
 
 
 ROLES: Dict[str, Callable[[Worker], None]] = {

@@ -18,7 +18,7 @@ Any error is a failure, reported with waldio_last_error().
 The same runs through stock SQLite (vfs "unix", apsw's build) are the
 control: they prove the harness itself asks nothing stock does not do.
 
-Scale: WALDIO_STRESS_SECONDS (default 10) per run, WALDIO_STRESS_SCALE
+Scale: WALDIO_STRESS_SECONDS (default 6) per run, WALDIO_STRESS_SCALE
 (default 1) multiplies the number of processes of every role. Figures are
 printed (pytest -s, or -rP) so that they can be quoted.
 """
@@ -39,7 +39,7 @@ import waldio
 from waldio import drivers
 
 WORKER = str(Path(__file__).resolve().parent / "stress_worker.py")
-SECONDS = float(os.environ.get("WALDIO_STRESS_SECONDS", "10"))
+SECONDS = float(os.environ.get("WALDIO_STRESS_SECONDS", "6"))
 SCALE = int(os.environ.get("WALDIO_STRESS_SCALE", "1"))
 BUSY_MS = 60000
 GRACE = 300                     # seconds a worker may take past the deadline
@@ -58,9 +58,6 @@ CREATE TRIGGER rows_tally AFTER INSERT ON rows
 
 # Open waldio bugs these tests find (STRESS_FINDINGS.md): strict, so that the
 # fix shows up as a failure asking to remove the mark.
-SHORT_READ_BUG = pytest.mark.xfail(strict=True, reason=(
-    "issue 9 item 7: SQLITE_IOERR_SHORT_READ while processes switch journal "
-    "modes (STRESS_FINDINGS.md F1)"))
 FAILED_SWITCH_BUG = pytest.mark.xfail(strict=True, reason=(
     "issue 9 item 7 (journal-mode switches): a refused PRAGMA "
     "journal_mode=DELETE still makes the last close delete the log "
@@ -89,12 +86,14 @@ class Run:
         for f in self.figures:
             roles[f["role"]] = roles.get(f["role"], 0) + 1
         return ("%s: %d processes (%s), %.1f s: %d commits (%d rows, %d in rollback mode), "
-                "%d reads, %d opens, %d switches to DELETE, %d busy retries, %d errors" % (
+                "%d reads, %d opens, %d journal-mode switches, %d busy retries, "
+                "slowest iteration %.0f ms, %d errors" % (
                     label, len(self.figures),
                     ", ".join("%d %s" % (n, r) for r, n in sorted(roles.items())),
                     self.elapsed, self.total("commits"), self.total("rows"),
                     self.total("delete_mode_commits"), self.total("reads"),
                     self.total("opens"), self.total("switches"), self.total("busy"),
+                    max([f.get("slowest_ms", 0.0) for f in self.figures] + [0.0]),
                     len(self.errors())))
 
 
@@ -214,7 +213,7 @@ def walthread2(sqlite: Any, dbdir: Path, vfs: str) -> Run:
     conn = connect(sqlite.driver, db, vfs)
     conn.execute("CREATE TABLE t1(x INTEGER PRIMARY KEY, y UNIQUE)")
     conn.close()
-    plan = [("walthread", {"id": i + 1, "vfs": vfs, "mode": mode})
+    plan = [("walthread", {"id": i + 1, "vfs": vfs, "mode": mode, "pause_ms": 30})
             for i, mode in enumerate(["DELETE", "WAL"] * (2 * SCALE))]
     run = run_workers(sqlite.name, db, plan)
     print("\n" + run.summary("walthread-2 shape %s %s" % (sqlite.name, vfs)))
@@ -227,7 +226,6 @@ def walthread2(sqlite: Any, dbdir: Path, vfs: str) -> Run:
     return run
 
 
-@SHORT_READ_BUG
 def test_walthread2_shape(sqlite: Any, dbdir: Path) -> None:
     walthread2(sqlite, dbdir, "waldio")
 
