@@ -197,7 +197,7 @@ def _drop_syncs(rec: Recording) -> None:
         if it.cls != FUA:
             it.durable_at = INF
     rec.items.sort(key=lambda it: it.idx)
-    rec._volatile_counts()
+    rec.recount_volatile()
 
 
 def replay(state_id: str, out_root: Optional[Path] = None, keep: Optional[Path] = None,

@@ -167,7 +167,7 @@ class Recording:
         self._commit_frames()
         self.write_events = [it.idx for it in items if it.op == W]
         self.dev_write_events = [it.idx for it in items if it.op == W and it.cls == DEV]
-        self._volatile_counts()
+        self.recount_volatile()
 
     def _durability(self, syncs: List[Tuple[int, int, int]], dirsyncs: List[int]) -> None:
         """When each item becomes durable (docs/crash.md, "the model")."""
@@ -295,7 +295,7 @@ class Recording:
                 out.append((self.events[it.durable_at].t_ns - self.events[e].t_ns) / 1e6)
         return out
 
-    def _volatile_counts(self) -> None:
+    def recount_volatile(self) -> None:
         """For every crash point, how many items are volatile (all, and
         page-cache/namespace only)."""
         n = self.n
