@@ -19,7 +19,7 @@
 **
 ** Per-database options are URI parameters (file:x.db?waldio_layout=pad4k):
 **   waldio_layout    auto | embed | pad4k | pad8k (physical frame layout)
-**   waldio_sync      auto | persistent          (see below)
+**   waldio_sync      auto | persistent | ns     (see below)
 **   waldio_io        direct | auto | buffered   (O_DIRECT policy)
 **   waldio_prealloc  bytes (K/M/G suffix ok)    (initial log size)
 **   waldio_cache     bytes                      (recent-frame cache)
@@ -63,9 +63,13 @@ extern "C" {
 /* How commits reach stable storage (docs/durability.md). */
 #define WALDIO_SYNC_AUTO       0 /* follow PRAGMA synchronous: FULL => direct
                                  ** write + fdatasync per commit; NORMAL =>
-                                 ** direct write, flushed within flush_ms */
+                                 ** write through the page cache, flushed
+                                 ** within flush_ms; OFF => page cache only */
 #define WALDIO_SYNC_PERSISTENT 1 /* every log write is O_DSYNC (FUA where the
                                  ** device has it): durable when it returns */
+#define WALDIO_SYNC_NS         2 /* as AUTO, but synchronous=NORMAL commits are
+                                 ** direct writes (the paper's NS): they also
+                                 ** survive an OS crash; flushed within flush_ms */
 
 /* Group commit (docs/durability.md). */
 #define WALDIO_GROUP_OFF     0   /* every commit written on its own */

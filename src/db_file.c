@@ -10,9 +10,12 @@
 **                           sector boundaries (padding is computed in logical
 **                           offsets, meaningless in the physical layout).
 **   SQLITE_FCNTL_PERSIST_WAL  answers "keep the WAL" so the preallocated
-**                           log survives close; answers "delete" after the
+**                           log survives close; answers "delete" while the
 **                           application leaves WAL mode, so that
-**                           journal_mode=DELETE detaches the database.
+**                           journal_mode=DELETE detaches the database (a
+**                           refused switch -- the exclusive lock it needs
+**                           was not granted, or a WAL read transaction
+**                           follows -- keeps the log).
 **   SQLITE_FCNTL_PRAGMA     waldio's PRAGMAs (pragmas.c), and notes
 **                           PRAGMA synchronous / journal_mode as set.
 **   xShm*                   waldio's wal-index is not "<db>-shm" but
@@ -179,6 +182,9 @@ static int dbLock(sqlite3_file *f, int level){
   t_lastDb = D(f);
   rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
   if( rc==SQLITE_OK ) D(f)->lockLevel = level;
+  /* Leaving WAL mode takes the database exclusively: refused, the switch
+  ** failed and the database stays in WAL mode (its log is kept). */
+  if( rc && level==SQLITE_LOCK_EXCLUSIVE ) D(f)->leavingWal = 0;
   return rc;
 }
 static int dbUnlock(sqlite3_file *f, int level){
@@ -315,6 +321,8 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   sqlite3_file *h = shm_host(p, &rc);
   if( !h ) return rc;
   rc = h->pMethods->xShmLock(h, ofst, n, flags);
+  /* A read transaction in WAL mode: no switch out of WAL mode happened. */
+  if( rc==SQLITE_OK && (flags & SQLITE_SHM_SHARED) ) p->leavingWal = 0;
   if( rc==SQLITE_OK && ofst<=WAL_WRITE_LOCK_SLOT
    && WAL_WRITE_LOCK_SLOT<ofst+n ){
     if( flags & SQLITE_SHM_UNLOCK ){

@@ -128,6 +128,23 @@ static int open_fd(dio_file *f, int flags, mode_t mode, int *pCreated){
   return fd;
 }
 
+/* The page-cache descriptor of a direct file: opened by path (so that a
+** recorder of system calls sees one file) and checked to be the same inode,
+** which it is unless the path was replaced in between. */
+static int open_buffered(dio_file *f){
+  struct stat a, b;
+  int fd = f->sys->xOpen(f->zPath, (f->readonly ? O_RDONLY : O_RDWR)|O_CLOEXEC, 0);
+  if( fd<0 ) return waldio_errno(SQLITE_CANTOPEN, errno, "cannot open log", f->zPath);
+  if( f->sys->xFstat(fd, &a) || f->sys->xFstat(f->fd, &b)
+   || a.st_dev!=b.st_dev || a.st_ino!=b.st_ino ){
+    f->sys->xClose(fd);
+    return waldio_error(SQLITE_CANTOPEN, "%s: the log was replaced while it"
+                        " was being opened", f->zPath);
+  }
+  f->fdBuf = fd;
+  return SQLITE_OK;
+}
+
 int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
              int io, mode_t mode, int *pCreated){
   struct stat st;
@@ -139,6 +156,7 @@ int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
   memset(f, 0, sizeof(*f));
   f->sys = sys;
   f->zPath = zPath;
+  f->fdBuf = -1;
   f->fd = open_fd(f, base | (io==WALDIO_IO_BUFFERED ? 0 : O_DIRECT), mode,
                   pCreated);
   if( f->fd<0 && errno==EINVAL && io!=WALDIO_IO_BUFFERED ){
@@ -170,6 +188,11 @@ int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
     if( f->fd<0 ) return waldio_errno(SQLITE_CANTOPEN, errno, "cannot open log", zPath);
   }
   f->direct = canDio;
+  f->fdBuf = f->fd;
+  if( canDio ){
+    int rc = open_buffered(f);
+    if( rc ){ dio_close(f); return rc; }
+  }
   if( !canDio ){
     f->offAlign = 1;
     f->memAlign = 8;
@@ -184,8 +207,9 @@ int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
 }
 
 void dio_close(dio_file *f){
+  if( f->fdBuf>=0 && f->fdBuf!=f->fd ) f->sys->xClose(f->fdBuf);
   if( f->fd>=0 ) f->sys->xClose(f->fd);
-  f->fd = -1;
+  f->fd = f->fdBuf = -1;
 }
 
 void *dio_alloc(const dio_file *f, size_t n){
@@ -201,7 +225,7 @@ void dio_free(void *p){ free(p); }
 int dio_read(dio_file *f, void *buf, size_t n, i64 off, size_t *pGot){
   size_t got = 0;
   while( got<n ){
-    ssize_t r = f->sys->xPread(f->fd, (char*)buf + got, n - got, off + (i64)got);
+    ssize_t r = f->sys->xPread(f->fdBuf, (char*)buf + got, n - got, off + (i64)got);
     if( r<0 && errno==EINTR ) continue;
     if( r<0 ){
       return waldio_error(SQLITE_IOERR_READ, "read of %zu bytes at offset %lld"
@@ -221,7 +245,8 @@ static int write_failed(dio_file *f, int err, size_t n, i64 off){
                       n, (long long)off, f->zPath, strerror(err));
 }
 
-static int write_all(dio_file *f, const void *buf, size_t n, i64 off, int flags){
+static int write_all(dio_file *f, int fd, const void *buf, size_t n, i64 off,
+                     int flags){
   size_t done = 0;
   while( done<n ){
     ssize_t r;
@@ -229,9 +254,9 @@ static int write_all(dio_file *f, const void *buf, size_t n, i64 off, int flags)
       struct iovec iov;
       iov.iov_base = (char*)buf + done;
       iov.iov_len = n - done;
-      r = f->sys->xPwritev2(f->fd, &iov, 1, off + (i64)done, flags);
+      r = f->sys->xPwritev2(fd, &iov, 1, off + (i64)done, flags);
     }else{
-      r = f->sys->xPwrite(f->fd, (const char*)buf + done, n - done, off + (i64)done);
+      r = f->sys->xPwrite(fd, (const char*)buf + done, n - done, off + (i64)done);
     }
     if( r<0 && errno==EINTR ) continue;
     if( r<0 ) return -errno;
@@ -241,17 +266,18 @@ static int write_all(dio_file *f, const void *buf, size_t n, i64 off, int flags)
   return 0;
 }
 
-int dio_write(dio_file *f, const void *buf, size_t n, i64 off, int dsync){
+int dio_write(dio_file *f, const void *buf, size_t n, i64 off, int flags){
+  int fd = (flags & DIO_BUFFERED) ? f->fdBuf : f->fd;
   int r;
-  if( dsync && f->rwfDsync>=0 ){
-    r = write_all(f, buf, n, off, RWF_DSYNC);
+  if( (flags & DIO_DSYNC) && f->rwfDsync>=0 ){
+    r = write_all(f, fd, buf, n, off, RWF_DSYNC);
     if( r==0 ){ f->rwfDsync = 1; return SQLITE_OK; }
     if( r!=-EOPNOTSUPP && r!=-EINVAL && r!=-ENOSYS ) return write_failed(f, -r, n, off);
     f->rwfDsync = -1;
   }
-  r = write_all(f, buf, n, off, 0);
+  r = write_all(f, fd, buf, n, off, 0);
   if( r ) return write_failed(f, -r, n, off);
-  return dsync ? dio_fdatasync(f) : SQLITE_OK;
+  return (flags & DIO_DSYNC) ? dio_fdatasync(f) : SQLITE_OK;
 }
 
 int dio_fdatasync(dio_file *f){
@@ -297,7 +323,7 @@ int dio_zero_fill(dio_file *f, i64 off, i64 len){
   if( !zero ) return SQLITE_NOMEM;
   while( done<len && rc==SQLITE_OK ){
     size_t n = (size_t)(len - done < ZERO_CHUNK ? len - done : ZERO_CHUNK);
-    int r = write_all(f, zero, n, off + done, 0);
+    int r = write_all(f, f->fd, zero, n, off + done, 0);
     if( r ) rc = write_failed(f, -r, n, off + done);
     done += (i64)n;
   }

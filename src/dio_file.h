@@ -1,11 +1,22 @@
 /*
-** dio_file.h — one log file opened for direct I/O: opening and probing
-** (alignment, file system, O_DIRECT support), aligned buffers, block reads
-** and writes, flushes, and durable zero-fill preallocation.
+** dio_file.h — one log file opened twice: once for direct I/O, once through
+** the page cache. Opening and probing (alignment, file system, O_DIRECT
+** support), aligned buffers, reads and writes, flushes, and durable
+** zero-fill preallocation.
+**
+** Why two descriptors: a small durable commit is one aligned direct write
+** (no page-cache copy, no writeback, never a journaled allocation), but
+** everything else a database does to its log -- spilling a large
+** transaction, rewriting an uncommitted frame, commits that need no flush
+** (synchronous=NORMAL/OFF), and every read -- is cheapest through the page
+** cache, exactly as stock SQLite does it. Linux keeps the two coherent: a
+** direct write first writes back and afterwards drops the cached pages it
+** covers, so a buffered read never sees stale bytes.
 **
 ** Invariants:
-**   D1  When `direct` is set, every read and write is `block`-aligned in
-**       offset and length and uses a buffer from dio_alloc().
+**   D1  When `direct` is set, every direct write is `block`-aligned in
+**       offset and length and uses a buffer from dio_alloc(). Reads and
+**       buffered writes have no alignment rule.
 **   D2  dio_zero_fill() leaves the range allocated as *written* zeros
 **       (FALLOC_FL_WRITE_ZEROES or real zero writes, never plain
 **       fallocate): a later overwrite is a pure overwrite that needs no
@@ -21,7 +32,9 @@
 typedef struct dio_file {
   const waldio_syscalls *sys;
   const char *zPath;        /* borrowed: lives as long as the owner */
-  int fd;
+  int fd;                   /* O_DIRECT (when direct); holds the locks */
+  int fdBuf;                /* the same file through the page cache (== fd
+                            ** when !direct): reads and buffered writes */
   int direct;               /* O_DIRECT in effect */
   int readonly;
   u32 memAlign;             /* buffer alignment */
@@ -42,12 +55,16 @@ void dio_close(dio_file *f);
 void *dio_alloc(const dio_file *f, size_t n);
 void dio_free(void *p);
 
-/* Read up to n bytes at off; *pGot receives the count (short at EOF). */
+/* Read up to n bytes at off through the page cache; *pGot receives the
+** count (short at EOF). */
 int dio_read(dio_file *f, void *buf, size_t n, i64 off, size_t *pGot);
 
-/* Write n bytes at off. dsync: the write is durable when this returns
-** (RWF_DSYNC, or write + fdatasync where RWF_DSYNC is unavailable). */
-int dio_write(dio_file *f, const void *buf, size_t n, i64 off, int dsync);
+/* Write n bytes at off. Flags: DIO_DSYNC, the write is durable when this
+** returns (RWF_DSYNC, or write + fdatasync where RWF_DSYNC is unavailable);
+** DIO_BUFFERED, through the page cache (else direct, D1, when direct). */
+#define DIO_DSYNC    0x1
+#define DIO_BUFFERED 0x2
+int dio_write(dio_file *f, const void *buf, size_t n, i64 off, int flags);
 
 int dio_fdatasync(dio_file *f);
 int dio_file_size(dio_file *f, i64 *pSize);

@@ -49,3 +49,10 @@ void frame_cache_put(frame_cache *c, u32 frame, const u8 *img){
   memcpy(c->aData + (size_t)i * c->slotBytes, img, c->slotBytes);
   c->aFrame[i] = frame;
 }
+
+void frame_cache_forget(frame_cache *c, u32 frame){
+  u32 i;
+  if( c->nSlot==0 || frame==0 ) return;
+  i = (frame - 1) % c->nSlot;
+  if( c->aFrame[i]==frame ) c->aFrame[i] = 0;
+}

@@ -1,15 +1,17 @@
 /*
 ** frame_cache.h — a bounded cache of recently written log slots.
 **
-** Direct writes bypass the page cache, so without this every WAL read after
-** a commit (page lookups, checkpoint backfill, checksum rewrites) would go
-** to the device. The cache is direct-mapped on the frame number: slot
+** Direct writes bypass (and drop) the page cache, so without this every
+** WAL read after a direct commit (page lookups, checkpoint backfill) would
+** go to the device. The cache is direct-mapped on the frame number: slot
 ** (frame-1) % nSlot. Frames are written in ascending order, so it always
 ** holds the most recent nSlot frames written by this process.
 **
 ** Invariants:
 **   C1  An entry holds the exact physical slot image last written for that
-**       frame by this process (frame 0 marks an empty entry).
+**       frame by this process (frame 0 marks an empty entry). Only direct
+**       writes are cached: what goes through the page cache is read back
+**       from there, and forgets the frame's entry.
 **   C2  The cache knows nothing about other processes: wal_log.c decides
 **       when entries may be trusted (the wal-index epoch check) and clears
 **       the cache otherwise.
@@ -37,5 +39,7 @@ void frame_cache_clear(frame_cache *c);
 /* The image of frame, or NULL. */
 const u8 *frame_cache_get(const frame_cache *c, u32 frame);
 void frame_cache_put(frame_cache *c, u32 frame, const u8 *img);
+/* Drop frame's entry, if any (its slot was written some other way). */
+void frame_cache_forget(frame_cache *c, u32 frame);
 
 #endif

@@ -82,7 +82,7 @@ static int write_locked(waldio_log *pLog){
   pthread_mutex_unlock(&pLog->mutex);
 
   rc = log_write_slots(pLog, g->flFirst, g->flN, g->aFlight, 0, g->flN * slot,
-                       LOG_WRITE_FRAME, dsync, arm);
+                       LOG_WRITE_FRAME, (dsync ? LOG_DSYNC : 0) | (arm ? LOG_ARM : 0));
   if( rc==SQLITE_OK && flush ) rc = log_sync(pLog);
 
   pthread_mutex_lock(&pLog->mutex);

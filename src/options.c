@@ -66,6 +66,7 @@ int waldio_parse_io(const char *z, int *pOut){
 int waldio_parse_sync(const char *z, int *pOut){
   if( strcasecmp(z, "auto")==0 ){ *pOut = WALDIO_SYNC_AUTO; return 0; }
   if( strcasecmp(z, "persistent")==0 ){ *pOut = WALDIO_SYNC_PERSISTENT; return 0; }
+  if( strcasecmp(z, "ns")==0 ){ *pOut = WALDIO_SYNC_NS; return 0; }
   return -1;
 }
 
@@ -112,7 +113,7 @@ int waldio_options_from_uri(waldio_options *o, const char *zUri){
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_sync"))!=0
    && waldio_parse_sync(z, &o->sync) ){
-    return bad_uri("waldio_sync", z, "auto or persistent");
+    return bad_uri("waldio_sync", z, "auto, persistent or ns");
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_io"))!=0
    && waldio_parse_io(z, &o->io) ){

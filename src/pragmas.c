@@ -5,6 +5,8 @@
 **   PRAGMA waldio_sync;             effective durability: full | normal |
 **                                   off (from PRAGMA synchronous) | persistent
 **   PRAGMA waldio_sync=persistent;  O_DSYNC log writes (FUA where available)
+**   PRAGMA waldio_sync=ns;          synchronous=NORMAL commits as direct
+**                                   writes (the paper's NS)
 **   PRAGMA waldio_sync=auto;        follow PRAGMA synchronous again
 **   PRAGMA waldio_stats;            counters of this log in this process (JSON)
 **   PRAGMA waldio_stats=reset;      zero them
@@ -52,6 +54,7 @@ static const char *effective_sync(const waldio_db_file *p){
   int level;
   if( p->opts.sync==WALDIO_SYNC_PERSISTENT ) return "persistent";
   level = waldio_db_sync_level(p);
+  if( level==1 && p->opts.sync==WALDIO_SYNC_NS ) return "ns";
   return level>=0 && level<=3 ? az[level] : "unknown";
 }
 
@@ -64,7 +67,8 @@ static char *status_json(waldio_db_file *p){
       "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
       "\"group_bytes\":%lld,\"group_ms\":%d,\"wal_open\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
-      p->opts.sync==WALDIO_SYNC_PERSISTENT ? "persistent" : "auto",
+      p->opts.sync==WALDIO_SYNC_PERSISTENT ? "persistent"
+        : p->opts.sync==WALDIO_SYNC_NS ? "ns" : "auto",
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
       waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
@@ -111,13 +115,13 @@ static char *stats_json(waldio_log *pLog){
       "\"flushes\":%llu,\"flushes_skipped\":%llu,\"timer_flushes\":%llu,"
       "\"prealloc_extends\":%llu,\"prealloc_bytes\":%llu,\"cache_hits\":%llu,"
       "\"cache_misses\":%llu,\"cache_invalidations\":%llu,\"disk_reads\":%llu,"
-      "\"bytes_read\":%llu,\"logical_truncates\":%llu,\"group_commits\":%llu,"
+      "\"bytes_read\":%llu,\"buffered_writes\":%llu,\"logical_truncates\":%llu,\"group_commits\":%llu,"
       "\"group_writes\":%llu,\"group_waits\":%llu}",
       s.frames_written, s.page_overwrites, s.header_rewrites, s.other_writes,
       s.block0_writes, s.log_writes, s.dsync_writes, s.bytes_written,
       s.flushes, s.flushes_skipped, s.timer_flushes, s.prealloc_extends,
       s.prealloc_bytes, s.cache_hits, s.cache_misses, s.cache_invalidations,
-      s.disk_reads, s.bytes_read, s.logical_truncates, s.group_commits,
+      s.disk_reads, s.bytes_read, s.buffered_writes, s.logical_truncates, s.group_commits,
       s.group_writes, s.group_waits);
 }
 
@@ -127,7 +131,7 @@ static int pragma_sync(waldio_db_file *p, char **az){
   if( zArg ){
     if( waldio_parse_sync(zArg, &v) ){
       return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_sync=%s: expected"
-          " auto or persistent (full and normal follow PRAGMA synchronous)",
+          " auto, persistent or ns (full and normal follow PRAGMA synchronous)",
           zArg));
     }
     p->opts.sync = v;

@@ -180,7 +180,7 @@ static int sync_level_default(void){
 
 static int check_options(const waldio_options *o){
   if( o->layout<WALDIO_LAYOUT_AUTO || o->layout>WALDIO_LAYOUT_PAD8K
-   || (o->sync!=WALDIO_SYNC_AUTO && o->sync!=WALDIO_SYNC_PERSISTENT)
+   || o->sync<WALDIO_SYNC_AUTO || o->sync>WALDIO_SYNC_NS
    || o->io<WALDIO_IO_DIRECT || o->io>WALDIO_IO_BUFFERED
    || o->prealloc_bytes<WALDIO_MIN_PREALLOC || o->cache_bytes<0
    || o->flush_ms<1 || o->flush_ms>WALDIO_MAX_FLUSH_MS

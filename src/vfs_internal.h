@@ -71,7 +71,8 @@ struct waldio_wal_file {
   u32 nBatchMax;             /* capacity in slots */
   u32 pendingFrame;          /* a frame header awaiting its page, or 0 */
   u8 aPending[WAL_FRAME_HDR_BYTES];
-  u32 lastReadFrame;         /* frame read whole by the previous call, or 0 */
+  int spilled;               /* this transaction wrote frames before its
+                             ** commit (a large one): it commits buffered */
   int wroteSinceBarrier;     /* frames written since the last publication */
   u64 commitSeq;             /* group mode: the last commit appended, until
                              ** COMMIT_PHASETWO has waited for it */

@@ -8,32 +8,41 @@
 **   write 32 @ 0                 new generation: block 0 (wal_log.c)
 **   write 24 @ frame             frame header: held until its page arrives
 **   write P  @ frame+24          page: joined with the held header into one
-**                                slot image in the handle's batch; the
-**                                batch of consecutive new frames goes to
-**                                the log as ONE aligned direct write when
-**                                the commit frame arrives (or the batch is
-**                                full, or any other call needs the file) --
-**                                the common case: one write per commit
-**   write P  @ frame+24 (alone)  in-place overwrite of an uncommitted frame
-**                                (cache spill): keep the stored header
-**   write 24 @ frame after a     walRewriteChecksums: header-only rewrite,
-**     whole-frame read of it     keep the stored page
-**   anything else                read-modify-write of the slots it covers
-**   read                         rebuilt from slots (cache or disk): the
-**                                header from where the layout stores it, the
-**                                page with its embedding tail zeroed, exactly
+**                                slot image in the handle's batch of new
+**                                frames; the commit frame writes the batch
+**   anything else                (a page overwrite of an uncommitted frame,
+**                                a held header whose page never came -- the
+**                                checksum rewrites of walRewriteChecksums --,
+**                                any other shape) written through the page
+**                                cache, each part where the layout keeps it:
+**                                no read, no alignment
+**   read                         from the group buffer or the cache of
+**                                directly written slots, else through the
+**                                page cache, the embed tail zeroed, exactly
 **                                as SQLite wrote it, so its checksums verify
+**
+** How the batch is written (the I/O policy, docs/durability.md):
+**   - a small transaction's commit with synchronous=FULL (or persistent):
+**     ONE aligned direct write of its frames into the zero-filled log, then
+**     SQLite's xSync flushes -- the paper's commit, never journaled;
+**   - a transaction too large for one batch (256 KiB) spills its frames
+**     through the page cache as it goes and commits the same way, as stock
+**     SQLite does (a direct write would need a zero-filled, so twice
+**     written, range);
+**   - synchronous=NORMAL and OFF commit through the page cache; NORMAL arms
+**     the flusher, which fdatasyncs within flush_ms (the loss bound), and
+**     waldio_sync=ns keeps the paper's direct write without a flush.
 **
 ** Invariants:
 **   W1  Held state (a header awaiting its page, batched frames) never
-**       outlives the commit frame or the next call: every method, and the
-**       database's xShmBarrier, writes it out first, and a commit frame is
-**       written before its xWrite returns. So nothing a commit wrote is only
+**       outlives the commit frame or the next call: every method (a read:
+**       if it reads held frames), and the database's xShmBarrier, writes it
+**       out first, and a commit frame is written before its xWrite returns. So nothing a commit wrote is only
 **       in memory when SQLite syncs or publishes it, and a failure is
 **       reported by the call that wrote the commit.
 **   W2  A page whose last 24 bytes are not zero is refused (embed layout):
 **       storing the frame header there would change what SQLite checksummed.
-**   W3  Writes are whole blocks at block-aligned offsets (dio_file.h D1).
+**   W3  Direct writes are whole blocks at block-aligned offsets (D1).
 **   W4  Held state belongs to the transaction that holds the WAL write lock.
 **       A commit writes it before the commit returns, so whatever is still
 **       held when the lock is released belongs to a transaction that rolled
@@ -57,9 +66,9 @@ static const volatile void *shm_of(waldio_wal_file *p){
 
 #define BATCH_BYTES (256u * 1024u)
 
-/* Scratch and batch buffers for this geometry (the batch is empty when the
+/* The batch and one scratch slot for this geometry (the batch is empty when the
 ** geometry changes: a new generation flushes first). */
-static int ensure_scratch(waldio_wal_file *p, const wal_geometry *g){
+static int ensure_batch(waldio_wal_file *p, const wal_geometry *g){
   if( g->slot<=p->nSlot ) return SQLITE_OK;
   dio_free(p->aSlot);
   dio_free(p->aBatch);
@@ -77,10 +86,20 @@ static int ensure_scratch(waldio_wal_file *p, const wal_geometry *g){
   return SQLITE_OK;
 }
 
-/* persistent => O_DSYNC writes; synchronous=NORMAL => arm the flush timer. */
-static void write_policy(waldio_wal_file *p, int *pDsync, int *pArm){
-  *pDsync = p->pDb->opts.sync==WALDIO_SYNC_PERSISTENT;
-  *pArm = !*pDsync && waldio_db_sync_level(p->pDb)==1;
+/* How this connection's commits are written (the policy above). */
+static int commit_flags(waldio_wal_file *p, int *pDirect){
+  int level = waldio_db_sync_level(p->pDb);
+  int sync = p->pDb->opts.sync;
+  if( sync==WALDIO_SYNC_PERSISTENT ){
+    *pDirect = !p->spilled;
+    return LOG_DSYNC;
+  }
+  if( level>=2 ){
+    *pDirect = !p->spilled;
+    return 0;
+  }
+  *pDirect = level==1 && sync==WALDIO_SYNC_NS && !p->spilled;
+  return level==1 ? LOG_ARM : 0;
 }
 
 /* What this connection's commit asks of the group write (log_group.h). */
@@ -97,59 +116,54 @@ static int tail_error(waldio_wal_file *p, u32 pgno){
       " open this database with waldio_layout=pad4k", p->pLog->zPath, pgno);
 }
 
-/* The block-aligned physical range covering logical frame bytes [lo,hi). */
-static void physical_range(const wal_geometry *g, u32 lo, u32 hi,
-                           u32 *pLo, u32 *pHi){
-  u32 a = g->slot, b = 0;
-  if( lo<WAL_FRAME_HDR_BYTES ){
-    u32 e = hi<WAL_FRAME_HDR_BYTES ? hi : WAL_FRAME_HDR_BYTES;
-    if( g->hdr_in_slot + lo<a ) a = g->hdr_in_slot + lo;
-    if( g->hdr_in_slot + e>b ) b = g->hdr_in_slot + e;
+/* W2: logical frame bytes [lo,hi) put nothing but zeros in the embed tail. */
+static int tail_is_clear(const wal_geometry *g, u32 lo, u32 hi, const u8 *data){
+  wf_run aRun[3];
+  int i, n = wf_frame_runs(g, lo, hi, aRun);
+  for(i=0; i<n; i++){
+    const u8 *z = data + (aRun[i].lo - lo);
+    u32 k;
+    if( aRun[i].inSlot>=0 ) continue;
+    for(k=0; k<aRun[i].n; k++) if( z[k] ) return 0;
   }
-  if( hi>WAL_FRAME_HDR_BYTES ){
-    u32 s = (lo>WAL_FRAME_HDR_BYTES ? lo : WAL_FRAME_HDR_BYTES) - WAL_FRAME_HDR_BYTES;
-    u32 e = hi - WAL_FRAME_HDR_BYTES;
-    if( g->page_in_slot + s<a ) a = g->page_in_slot + s;
-    if( g->page_in_slot + e>b ) b = g->page_in_slot + e;
-  }
-  *pLo = a / g->block * g->block;
-  *pHi = (b + g->block - 1) / g->block * g->block;
-  if( *pHi>g->slot ) *pHi = g->slot;
+  return 1;
 }
 
-/* Apply logical bytes [lo,hi) of frame to its slot and write what changed. */
-static int rmw_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
-                     const u8 *data, int kind){
+/* Any write but a new frame: logical bytes [lo,hi) of frame, buffered. */
+static int overwrite_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
+                           const u8 *data, int kind){
   wal_geometry g = log_geometry(p->pLog);
-  size_t got = 0;
-  u32 wlo, whi;
-  int dsync, arm, rc;
-  rc = ensure_scratch(p, &g);
-  if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);   /* G4: no stale copy left */
-  if( rc==SQLITE_OK ) rc = log_read_slot(p->pLog, frame, shm_of(p), p->aSlot, &got);
-  if( rc ) return rc;
-  if( got<g.slot ) memset(p->aSlot + got, 0, g.slot - got);
-  if( wf_logical_to_slot(&g, p->aSlot, lo, hi, data) ){
-    return tail_error(p, wf_get32(p->aSlot + g.hdr_in_slot));
+  int rc;
+  if( !tail_is_clear(&g, lo, hi, data) ){
+    return tail_error(p, lo==0 && hi>=4 ? wf_get32(data) : 0);
   }
-  physical_range(&g, lo, hi, &wlo, &whi);
-  write_policy(p, &dsync, &arm);
-  rc = log_write_slots(p->pLog, frame, 1, p->aSlot, wlo, whi, kind, dsync, arm);
+  rc = group_write_all(p->pLog);          /* G4: no stale copy left behind */
+  if( rc==SQLITE_OK ){
+    int dsync = p->pDb->opts.sync==WALDIO_SYNC_PERSISTENT ? LOG_DSYNC : 0;
+    rc = log_write_frame(p->pLog, frame, lo, hi, data, kind, dsync);
+  }
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
   return rc;
 }
 
-/* Write the batched new frames with one system call. */
-static int flush_batch(waldio_wal_file *p){
+/* Write the batched new frames with one system call: a commit (the policy
+** above) or a spill of a large transaction (buffered). */
+static int flush_batch(waldio_wal_file *p, int isCommit){
   u32 n = p->nBatch, slot;
-  int dsync, arm, rc;
+  int flags = 0, direct = 0, rc;
   if( n==0 ) return SQLITE_OK;
   p->nBatch = 0;
   slot = log_geometry(p->pLog).slot;
-  write_policy(p, &dsync, &arm);
+  if( isCommit ){
+    flags = commit_flags(p, &direct);
+  }else{
+    p->spilled = 1;
+  }
+  if( !direct ) flags |= LOG_BUFFERED;
   rc = log_write_slots(p->pLog, p->batchFirst, n, p->aBatch, 0, n * slot,
-                       LOG_WRITE_FRAME, dsync, arm);
+                       LOG_WRITE_FRAME, flags);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
+  if( isCommit ) p->spilled = 0;
   return rc;
 }
 
@@ -157,6 +171,7 @@ void waldio_wal_discard(waldio_wal_file *p){
   p->nBatch = 0;
   p->pendingFrame = 0;
   p->inCommit = 0;
+  p->spilled = 0;
 }
 
 /* L6 (wal_log.h): a handle inherited through fork() does nothing at all. */
@@ -168,10 +183,11 @@ int waldio_wal_flush(waldio_wal_file *p){
   u32 frame = p->pendingFrame;
   int rc = waldio_wal_usable(p);
   if( rc ) return rc;
-  rc = flush_batch(p);
+  rc = flush_batch(p, 0);
   if( rc || frame==0 ) return rc;
-  p->pendingFrame = 0;
-  return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, p->aPending, LOG_WRITE_OTHER);
+  p->pendingFrame = 0;          /* a header whose page never came: a rewrite */
+  return overwrite_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, p->aPending,
+                         LOG_WRITE_HEADER);
 }
 
 /* The common case: the held header and its page become one slot image in
@@ -198,7 +214,7 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   }
   if( p->nBatch
    && (frame!=p->batchFirst + p->nBatch || p->nBatch==p->nBatchMax) ){
-    rc = flush_batch(p);
+    rc = flush_batch(p, 0);
     if( rc ) return rc;
   }
   if( p->nBatch==0 ) p->batchFirst = frame;
@@ -209,7 +225,9 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   p->nBatch++;
   p->pendingFrame = 0;
   if( !isCommit ) return SQLITE_OK;
-  if( log_group_mode(p->pLog)==WALDIO_GROUP_OFF ) return flush_batch(p);
+  if( log_group_mode(p->pLog)==WALDIO_GROUP_OFF || p->spilled ){
+    return flush_batch(p, 1);
+  }
   /* Group commit: the transaction's frames join the log's group buffer. */
   p->nBatch = 0;
   rc = group_append(p->pLog, p->batchFirst, frame - p->batchFirst + 1, p->aBatch,
@@ -221,7 +239,7 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   return rc;
 }
 
-/* Any write shape: split by frame, read-modify-write each piece. */
+/* Any other write shape: split by frame, each piece written in place. */
 static int write_general(waldio_wal_file *p, const wal_geometry *g,
                          const u8 *z, int iAmt, i64 iOfst){
   i64 frameBytes = (i64)g->page + WAL_FRAME_HDR_BYTES;
@@ -231,7 +249,7 @@ static int write_general(waldio_wal_file *p, const wal_geometry *g,
     i64 start = wf_logical_frame_offset(g->page, frame);
     u32 lo = (u32)(pos - start);
     u32 hi = (u32)((end - start) < frameBytes ? end - start : frameBytes);
-    int rc = rmw_frame(p, frame, lo, hi, z + (pos - iOfst), LOG_WRITE_OTHER);
+    int rc = overwrite_frame(p, frame, lo, hi, z + (pos - iOfst), LOG_WRITE_OTHER);
     if( rc ) return rc;
     pos = start + hi;
   }
@@ -242,12 +260,10 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
                     sqlite3_int64 iOfst){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   const u8 *z = zBuf;
-  u32 prevRead = p->lastReadFrame;
   wal_geometry g;
   u32 frame, within;
-  int rc, dsync, arm;
+  int rc, direct;
 
-  p->lastReadFrame = 0;
   rc = waldio_wal_usable(p);
   if( rc ) return rc;
   if( log_is_readonly(p->pLog) ){
@@ -259,29 +275,26 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
     p->inCommit = 0;
     rc = waldio_wal_flush(p);
     if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
-    write_policy(p, &dsync, &arm);
-    if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, dsync, arm);
+    if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, commit_flags(p, &direct));
     return rc;
   }
-  g = log_geometry(p->pLog);
+  rc = log_frame_geometry(p->pLog, &g);
+  if( rc ) return rc;
   if( iOfst<WAL_HDR_BYTES || g.page==0 ){
     return waldio_error(SQLITE_IOERR_WRITE, "%s: unsupported WAL write of %d"
         " bytes at offset %lld (no WAL header yet, or a partial header)",
         p->pLog->zPath, iAmt, (long long)iOfst);
   }
-  rc = ensure_scratch(p, &g);
+  rc = ensure_batch(p, &g);
   if( rc ) return rc;
   frame = (u32)((iOfst - WAL_HDR_BYTES) / (g.page + WAL_FRAME_HDR_BYTES)) + 1;
   within = (u32)((iOfst - WAL_HDR_BYTES) % (g.page + WAL_FRAME_HDR_BYTES));
   if( iAmt==WAL_FRAME_HDR_BYTES && within==0 ){
-    /* A new frame's header joins the batch of new frames; anything else
-    ** held (an unmatched header) or a checksum rewrite writes it out. */
-    if( prevRead==frame || p->pendingFrame ){
+    /* A frame header is held for its page; a header already held whose
+    ** page never came is written out first. */
+    if( p->pendingFrame ){
       rc = waldio_wal_flush(p);
       if( rc ) return rc;
-    }
-    if( prevRead==frame ){
-      return rmw_frame(p, frame, 0, WAL_FRAME_HDR_BYTES, z, LOG_WRITE_HEADER);
     }
     memcpy(p->aPending, z, WAL_FRAME_HDR_BYTES);
     p->pendingFrame = frame;
@@ -291,8 +304,8 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
     if( p->pendingFrame==frame ) return write_new_frame(p, &g, frame, z);
     rc = waldio_wal_flush(p);
     if( rc ) return rc;
-    return rmw_frame(p, frame, WAL_FRAME_HDR_BYTES,
-                     WAL_FRAME_HDR_BYTES + g.page, z, LOG_WRITE_PAGE);
+    return overwrite_frame(p, frame, WAL_FRAME_HDR_BYTES,
+                           WAL_FRAME_HDR_BYTES + g.page, z, LOG_WRITE_PAGE);
   }
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = write_general(p, &g, z, iAmt, iOfst);
@@ -309,15 +322,36 @@ static int read_frames(waldio_wal_file *p, const wal_geometry *g, u8 *out,
     i64 start = wf_logical_frame_offset(g->page, frame);
     u32 lo = (u32)(pos - start);
     u32 hi = (u32)((end - start) < frameBytes ? end - start : frameBytes);
-    size_t got = 0;
-    int rc = log_read_slot(p->pLog, frame, shm_of(p), p->aSlot, &got);
+    int isShort = 0;
+    int rc = log_read_frame(p->pLog, frame, lo, hi, shm_of(p), p->aSlot,
+                            out + (pos - base), &isShort);
     if( rc ) return rc;
-    if( got<g->slot ){
+    if( isShort ){
       memset(out + (pos - base), 0, (size_t)(end - pos));
       return SQLITE_IOERR_SHORT_READ;
     }
-    wf_slot_to_logical(g, p->aSlot, lo, hi, out + (pos - base));
     pos = start + hi;
+  }
+  return SQLITE_OK;
+}
+
+/* A read needs held frames written only if it reads them. Rolling back,
+** SQLite re-reads older pages while the transaction's frames are still
+** batched: those are then never written at all (W4 discards them). */
+static int flush_if_read(waldio_wal_file *p, i64 iOfst, int iAmt){
+  wal_geometry g;
+  i64 frameBytes, first, last;
+  int rc = waldio_wal_usable(p);
+  if( rc ) return rc;
+  if( p->nBatch==0 && p->pendingFrame==0 ) return SQLITE_OK;
+  g = log_geometry(p->pLog);
+  frameBytes = (i64)g.page + WAL_FRAME_HDR_BYTES;
+  if( g.page==0 || iOfst + iAmt<=WAL_HDR_BYTES ) return SQLITE_OK;
+  first = iOfst<WAL_HDR_BYTES ? 1 : (iOfst - WAL_HDR_BYTES) / frameBytes + 1;
+  last = (iOfst + iAmt - 1 - WAL_HDR_BYTES) / frameBytes + 1;
+  if( (p->pendingFrame && p->pendingFrame>=first && p->pendingFrame<=last)
+   || (p->nBatch && p->batchFirst<=last && p->batchFirst + p->nBatch>first) ){
+    return waldio_wal_flush(p);
   }
   return SQLITE_OK;
 }
@@ -330,9 +364,8 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
   wal_geometry g;
   int rc;
 
-  p->lastReadFrame = 0;
   p->inCommit = 0;
-  rc = waldio_wal_flush(p);
+  rc = flush_if_read(p, iOfst, iAmt);
   if( rc ) return rc;
   if( pos<WAL_HDR_BYTES ){
     u8 aHdr[WAL_HDR_BYTES];
@@ -349,18 +382,14 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
     pos += n;
   }
   if( pos>=end ) return SQLITE_OK;
-  g = log_geometry(p->pLog);
+  rc = log_frame_geometry(p->pLog, &g);
+  if( rc ) return rc;
   if( g.page==0 ){
     memset(out, 0, (size_t)(end - pos));
     return SQLITE_IOERR_SHORT_READ;
   }
-  rc = ensure_scratch(p, &g);
+  rc = ensure_batch(p, &g);
   if( rc==SQLITE_OK ) rc = read_frames(p, &g, out, pos, end);
-  if( rc==SQLITE_OK && iOfst>=WAL_HDR_BYTES
-   && iAmt==(int)(g.page + WAL_FRAME_HDR_BYTES)
-   && (iOfst - WAL_HDR_BYTES) % iAmt==0 ){
-    p->lastReadFrame = (u32)((iOfst - WAL_HDR_BYTES) / iAmt) + 1;
-  }
   return rc;
 }
 
@@ -368,7 +397,6 @@ static int walSync(sqlite3_file *pFile, int flags){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
   (void)flags;
-  p->lastReadFrame = 0;
   rc = waldio_wal_usable(p);
   if( rc ) return rc;
   if( p->inCommit ){
@@ -384,19 +412,22 @@ static int walSync(sqlite3_file *pFile, int flags){
 static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
-  p->lastReadFrame = 0;
   p->inCommit = 0;
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
   if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
-  return rc ? rc : log_truncate(p->pLog, size);
+  /* With the database locked exclusively in WAL mode, SQLite is closing
+  ** the last connection (sqlite3WalClose applying journal_size_limit), or
+  ** runs in locking_mode=EXCLUSIVE: then the limit also bounds the
+  ** preallocation, as it bounds stock SQLite's WAL. */
+  return rc ? rc : log_truncate(p->pLog, size,
+                                p->pDb->lockLevel==SQLITE_LOCK_EXCLUSIVE);
 }
 
 static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   i64 size = 0;
   int rc;
-  p->lastReadFrame = 0;
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = log_logical_size(p->pLog, &size);
   *pSize = size;

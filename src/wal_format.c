@@ -250,6 +250,20 @@ static u32 run_end(const wal_geometry *g, u32 x, u32 hi){
   return end;
 }
 
+int wf_frame_runs(const wal_geometry *g, u32 lo, u32 hi, wf_run *aRun){
+  int n = 0;
+  u32 x = lo;
+  while( x<hi ){
+    u32 end = run_end(g, x, hi);
+    aRun[n].lo = x;
+    aRun[n].n = end - x;
+    aRun[n].inSlot = slot_pos(g, x);
+    n++;
+    x = end;
+  }
+  return n;
+}
+
 void wf_slot_to_logical(const wal_geometry *g, const u8 *slot, u32 lo, u32 hi,
                         u8 *out){
   u32 x = lo;

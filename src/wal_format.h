@@ -139,6 +139,16 @@ void wf_slot_to_logical(const wal_geometry *g, const u8 *slot, u32 lo, u32 hi,
 int wf_logical_to_slot(const wal_geometry *g, u8 *slot, u32 lo, u32 hi,
                        const u8 *in);
 
+/* Where logical frame bytes [lo,hi) live in a slot: up to three runs, in
+** logical order. A run with inSlot < 0 is the embed layout's page tail,
+** logically always zero and not stored (the header is there). */
+typedef struct wf_run {
+  u32 lo;          /* logical offset within the frame */
+  u32 n;           /* bytes */
+  i64 inSlot;      /* offset within the slot, or -1 */
+} wf_run;
+int wf_frame_runs(const wal_geometry *g, u32 lo, u32 hi, wf_run *aRun);
+
 /* Non-zero if the last 24 bytes of a page are all zero. */
 int wf_tail_is_zero(const u8 *page, u32 pageSize);
 

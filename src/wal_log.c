@@ -156,38 +156,46 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
-int log_read_slot(waldio_log *pLog, u32 frame, const volatile void *shm0,
-                  u8 *out, size_t *pGot){
+int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
+                   const volatile void *shm0, u8 *scratch, u8 *out,
+                   int *pShort){
+  wf_run aRun[3];
   const u8 *p;
   wal_geometry g;
-  int rc;
+  size_t got = 0;
+  int i, n, rc = SQLITE_OK;
+  *pShort = 0;
   pthread_mutex_lock(&pLog->mutex);
   g = pLog->sb.geo;
   if( pLog->poisoned ){
     pthread_mutex_unlock(&pLog->mutex);
     return poisoned_error(pLog);
   }
-  if( group_lookup(pLog, frame, out) ){       /* written by a commit, buffered */
-    pLog->stats.cache_hits++;
-    pthread_mutex_unlock(&pLog->mutex);
-    *pGot = g.slot;
-    return SQLITE_OK;
-  }
   if( !epoch_matches(pLog, shm0) ) drop_cache(pLog);
-  p = frame_cache_get(&pLog->cache, frame);
+  p = group_lookup(pLog, frame, scratch) ? scratch     /* committed, buffered */
+                                         : frame_cache_get(&pLog->cache, frame);
   if( p ){
-    memcpy(out, p, g.slot);
+    wf_slot_to_logical(&g, p, lo, hi, out);
     pLog->stats.cache_hits++;
     pthread_mutex_unlock(&pLog->mutex);
-    *pGot = g.slot;
     return SQLITE_OK;
   }
   pLog->stats.cache_misses++;
   pthread_mutex_unlock(&pLog->mutex);
-  rc = dio_read(&pLog->file, out, g.slot, wf_slot_offset(&g, frame), pGot);
+  n = wf_frame_runs(&g, lo, hi, aRun);
+  for(i=0; i<n && rc==SQLITE_OK && !*pShort; i++){
+    u8 *dst = out + (aRun[i].lo - lo);
+    if( aRun[i].inSlot<0 ){
+      memset(dst, 0, aRun[i].n);        /* the embed tail: logically zero */
+      continue;
+    }
+    rc = dio_read(&pLog->file, dst, aRun[i].n,
+                  wf_slot_offset(&g, frame) + aRun[i].inSlot, &got);
+    if( rc==SQLITE_OK && got<aRun[i].n ) *pShort = 1;
+  }
   pthread_mutex_lock(&pLog->mutex);
   pLog->stats.disk_reads++;
-  pLog->stats.bytes_read += *pGot;
+  pLog->stats.bytes_read += (u64)(hi - lo);
   pthread_mutex_unlock(&pLog->mutex);
   return rc;
 }
@@ -248,27 +256,52 @@ static void count_write(waldio_stats *s, int kind){
   }
 }
 
+/* After a write that succeeded: statistics, flush bookkeeping (L2), and
+** the cache (C1). Mutex held. */
+static void wrote(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
+                  u64 bytes, int kind, int flags){
+  u32 i, slot = pLog->sb.geo.slot;
+  for(i=0; i<nSlot; i++){
+    if( flags & LOG_BUFFERED ){
+      frame_cache_forget(&pLog->cache, frame + i);
+    }else{
+      frame_cache_put(&pLog->cache, frame + i, img + (size_t)i * slot);
+    }
+    count_write(&pLog->stats, kind);
+  }
+  pLog->stats.log_writes++;
+  pLog->stats.bytes_written += bytes;
+  if( flags & LOG_BUFFERED ) pLog->stats.buffered_writes++;
+  if( flags & LOG_DSYNC ){
+    pLog->stats.dsync_writes++;
+  }else{
+    pLog->writeSeq++;
+    if( flags & LOG_ARM ) flusher_arm(pLog);
+  }
+}
+
+/* A buffered write may extend the file (a large transaction appends as
+** stock SQLite does: no zero-fill, whose bytes it would double). */
+static void note_extent(waldio_log *pLog, i64 end){
+  i64 blockEnd = end / pLog->file.block * pLog->file.block;
+  if( blockEnd>pLog->physSize ) pLog->physSize = blockEnd;
+}
+
 int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
-                    u32 lo, u32 hi, int kind, int dsync, int armFlush){
+                    u32 lo, u32 hi, int kind, int flags){
   wal_geometry g = log_geometry(pLog);
   i64 off = wf_slot_offset(&g, frame);
-  u32 i;
-  int rc = ensure_allocated(pLog, off + (i64)nSlot * g.slot);
-  if( rc==SQLITE_OK ) rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo, dsync);
+  int buffered = (flags & LOG_BUFFERED)!=0 || !pLog->file.direct;
+  int rc = buffered ? SQLITE_OK : ensure_allocated(pLog, off + (i64)nSlot * g.slot);
+  if( rc==SQLITE_OK ){
+    rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo,
+                   ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
+                   | ((flags & LOG_BUFFERED) ? DIO_BUFFERED : 0));
+  }
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
-    for(i=0; i<nSlot; i++){
-      frame_cache_put(&pLog->cache, frame + i, img + (size_t)i * g.slot);
-      count_write(&pLog->stats, kind);
-    }
-    pLog->stats.log_writes++;
-    pLog->stats.bytes_written += hi - lo;
-    if( dsync ){
-      pLog->stats.dsync_writes++;
-    }else{
-      pLog->writeSeq++;
-      if( armFlush ) flusher_arm(pLog);
-    }
+    wrote(pLog, frame, nSlot, img, hi - lo, kind, flags);
+    if( buffered ) note_extent(pLog, off + hi);
   }else{
     /* The slots' content on disk is unknown now: never serve them cached. */
     drop_cache(pLog);
@@ -277,8 +310,31 @@ int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
   return rc;
 }
 
-int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int dsync,
-                     int armFlush){
+int log_write_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
+                    const u8 *data, int kind, int flags){
+  wal_geometry g = log_geometry(pLog);
+  i64 off = wf_slot_offset(&g, frame), end = off;
+  wf_run aRun[3];
+  int i, n = wf_frame_runs(&g, lo, hi, aRun), rc = SQLITE_OK;
+  for(i=0; i<n && rc==SQLITE_OK; i++){
+    if( aRun[i].inSlot<0 ) continue;     /* the embed tail: checked zero */
+    rc = dio_write(&pLog->file, data + (aRun[i].lo - lo), aRun[i].n,
+                   off + aRun[i].inSlot, DIO_BUFFERED
+                   | ((flags & LOG_DSYNC) ? DIO_DSYNC : 0));
+    if( off + aRun[i].inSlot + aRun[i].n>end ) end = off + aRun[i].inSlot + aRun[i].n;
+  }
+  pthread_mutex_lock(&pLog->mutex);
+  if( rc==SQLITE_OK ){
+    wrote(pLog, frame, 1, 0, hi - lo, kind, flags | LOG_BUFFERED);
+    note_extent(pLog, end);
+  }else{
+    drop_cache(pLog);
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+  return rc;
+}
+
+int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int flags){
   wal_superblock sb;
   u32 version, page;
   const char *zWhy;
@@ -306,7 +362,8 @@ int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int dsync,
   log_adopt_meta(pLog, &sb);
   frame_cache_clear(&pLog->cache);      /* a new generation begins */
   pthread_mutex_unlock(&pLog->mutex);
-  return log_write_meta(pLog, &sb, (dsync ? META_DSYNC : 0) | (armFlush ? META_ARM : 0));
+  return log_write_meta(pLog, &sb, ((flags & LOG_DSYNC) ? META_DSYNC : 0)
+                                   | ((flags & LOG_ARM) ? META_ARM : 0));
 }
 
 /* Re-read block 0 and adopt it (another process may have written it). */
@@ -333,6 +390,17 @@ static int refresh_meta(waldio_log *pLog, wal_superblock *pOut){
   log_adopt_meta(pLog, pOut);
   pthread_mutex_unlock(&pLog->mutex);
   return SQLITE_OK;
+}
+
+int log_frame_geometry(waldio_log *pLog, wal_geometry *g){
+  wal_superblock sb;
+  int rc = SQLITE_OK;
+  *g = log_geometry(pLog);
+  if( g->page==0 ){
+    rc = refresh_meta(pLog, &sb);
+    if( rc==SQLITE_OK ) *g = log_geometry(pLog);
+  }
+  return rc;
 }
 
 int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas){
@@ -370,16 +438,17 @@ int log_set_empty(waldio_log *pLog, int keepGuard){
   return log_write_meta(pLog, &sb, META_ADVISORY);
 }
 
-int log_truncate(waldio_log *pLog, i64 size){
+int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
   wal_geometry g = log_geometry(pLog);
   i64 keep, phys;
   int rc = SQLITE_OK;
   if( size<WAL_HDR_BYTES ) rc = log_set_empty(pLog, 1);
   if( rc ) return rc;
-  /* Give back space beyond both the requested size and the configured
-  ** preallocation; the preallocation itself is never returned. */
+  /* Give back space beyond the requested size, and beyond the configured
+  ** preallocation unless shrinkPrealloc: that is kept while the database
+  ** is in use, so that its commits never allocate. */
   keep = wf_physical_for_logical(&g, size);
-  if( keep<pLog->preallocInitial ) keep = pLog->preallocInitial;
+  if( keep<pLog->preallocInitial && !shrinkPrealloc ) keep = pLog->preallocInitial;
   keep = log_round_up(keep, g.block);
   pthread_mutex_lock(&pLog->growMutex);            /* L7 */
   rc = dio_file_size(&pLog->file, &phys);

@@ -70,8 +70,9 @@ typedef struct waldio_stats {
   u64 cache_hits;
   u64 cache_misses;
   u64 cache_invalidations;
-  u64 disk_reads;
+  u64 disk_reads;          /* reads through the page cache */
   u64 bytes_read;
+  u64 buffered_writes;     /* writes through the page cache */
   u64 logical_truncates;
   u64 group_commits;       /* commits appended to the group buffer */
   u64 group_writes;        /* group writes (each: one write, maybe a flush) */
@@ -150,6 +151,12 @@ int log_inherited_error(const waldio_log *pLog);
 
 /* A copy of the current geometry (page 0 while unknown). */
 wal_geometry log_geometry(waldio_log *pLog);
+
+/* The geometry to address frames with. While this process knows no page
+** size, block 0 is read again: another process may have started the
+** generation whose frames this connection now reads or appends to (it
+** learned of them from the wal-index, not from this log object). */
+int log_frame_geometry(waldio_log *pLog, wal_geometry *g);
 int log_is_readonly(waldio_log *pLog);
 
 /* Called before every write with the caller's wal-index region 0 (NULL in
@@ -160,27 +167,40 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0);
 /* The wal-index header just published by this process's own commit. */
 void log_publish(waldio_log *pLog, const volatile void *aHdr);
 
-/* Read slot `frame` into out (slot bytes, aligned): cache first (L3), else
-** disk. *pGot < slot bytes means the file ended. */
-int log_read_slot(waldio_log *pLog, u32 frame, const volatile void *shm0,
-                  u8 *out, size_t *pGot);
+/* Read logical bytes [lo,hi) of frame (0 <= lo < hi <= page+24) into out:
+** from the group buffer or the cache of directly written slots (L3), else
+** through the page cache. scratch: one slot of memory. *pShort is set if
+** the file ended first. */
+int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
+                   const volatile void *shm0, u8 *scratch, u8 *out,
+                   int *pShort);
 
-/* What a slot write was, for the statistics. */
+/* What a write was, for the statistics. */
 enum { LOG_WRITE_FRAME, LOG_WRITE_PAGE, LOG_WRITE_HEADER, LOG_WRITE_OTHER };
 
-/* Write bytes [lo,hi) (block-aligned) of img, the images of nSlot
-** consecutive slots starting at frame, with one system call; every slot
-** image is then cached. dsync: O_DSYNC write. armFlush: start the
-** normal-mode flush timer. */
+/* How a write is made. */
+#define LOG_DSYNC    0x1   /* durable when it returns (persistent mode) */
+#define LOG_ARM      0x2   /* start the normal-mode flush timer */
+#define LOG_BUFFERED 0x4   /* through the page cache (else direct, if the
+                           ** log has direct I/O: zero-filled first, L1) */
+
+/* Write bytes [lo,hi) of img, the images of nSlot consecutive slots
+** starting at frame, with one system call. Direct writes are block-aligned
+** and their slot images cached; buffered ones drop cached entries. */
 int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
-                    u32 lo, u32 hi, int kind, int dsync, int armFlush);
+                    u32 lo, u32 hi, int kind, int flags);
+
+/* Write logical bytes [lo,hi) of frame through the page cache, each part
+** where the layout keeps it (no read needed). The caller has checked that
+** bytes falling in the embed layout's page tail are zero. */
+int log_write_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
+                    const u8 *data, int kind, int flags);
 
 /* Non-zero while the log holds a generation (SQLite's header is stored). */
 int log_holds_generation(waldio_log *pLog);
 
 /* SQLite wrote its 32-byte WAL header: a new generation begins. */
-int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int dsync,
-                     int armFlush);
+int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int flags);
 
 /* SQLite's WAL header as stored on disk; *pHas = 0 if the log is empty. */
 int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas);
@@ -189,8 +209,10 @@ int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas);
 ** may have started or truncated a generation). */
 int log_logical_size(waldio_log *pLog, i64 *pSize);
 
-/* SQLite truncated the logical file to `size` bytes. */
-int log_truncate(waldio_log *pLog, i64 size);
+/* SQLite truncated the logical file to `size` bytes. The physical file
+** keeps the preallocation unless shrinkPrealloc (journal_size_limit applied
+** by the last connection as it closes: the idle footprint). */
+int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc);
 
 /* Mark the log empty (no generation). keepGuard = 0 only for the clean
 ** close of the last connection (wal_format.c F4). */

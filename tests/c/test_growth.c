@@ -82,7 +82,7 @@ static void *writer(void *arg){
   u32 frame = (u32)(uintptr_t)arg;
   u8 *img = slot_image(frame==16 ? 0xAA : 0xBB);
   t_role = frame==16 ? 'A' : 'B';
-  CHECK_EQ(log_write_slots(g_log, frame, 1, img, 0, SLOT, LOG_WRITE_FRAME, 0, 0),
+  CHECK_EQ(log_write_slots(g_log, frame, 1, img, 0, SLOT, LOG_WRITE_FRAME, 0),
            SQLITE_OK);
   free(img);
   return 0;
@@ -128,7 +128,7 @@ int main(void){
   CHECK_EQ(log_acquire(&reg, &sys, zPath, &req, &g_log), SQLITE_OK);
   if( !g_log ) return CHECK_DONE();
   sqlite_header(hdr);
-  CHECK_EQ(log_write_header(g_log, hdr, 0, 0), SQLITE_OK);
+  CHECK_EQ(log_write_header(g_log, hdr, 0), SQLITE_OK);
   CHECK_EQ(g_log->physSize, 65536);          /* frames 1..15 fit, 16 does not */
 
   pthread_create(&a, 0, writer, (void*)(uintptr_t)16);

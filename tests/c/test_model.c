@@ -50,6 +50,11 @@ typedef struct harness {
   u32 published;          /* frames another connection may read: written
                           ** by a commit frame or any later non-append call
                           ** (new frames before that may still be batched) */
+  u32 held;               /* a header rewrite (of this frame) is held by the
+                          ** writing handle
+                          ** until its next call (as a new frame's header is:
+                          ** SQLite rewrites only uncommitted frames' headers,
+                          ** which no other connection reads) */
   int embed;
   unsigned seed;
   u32 salt[2];
@@ -81,6 +86,7 @@ static void model_write(harness *h, const u8 *z, size_t n, i64 off){
 
 static int do_write(harness *h, const u8 *z, size_t n, i64 off){
   int rc = h->w->pMethods->xWrite(h->w, z, (int)n, off);
+  h->held = 0;
   if( rc==SQLITE_OK ) model_write(h, z, n, off);
   return rc;
 }
@@ -154,10 +160,16 @@ static void op_append(harness *h){
 
 static void op_page_overwrite(harness *h){
   u8 *page = malloc(h->P);
-  u32 i = 1 + rnd(h, h->next - 1);
+  u32 i = 1 + rnd(h, h->next - 1), held = h->held;
   make_page(h, page);
   CHECK(do_write(h, page, h->P, loff(h, i) + 24)==SQLITE_OK);
-  all_written(h);
+  if( held==i ){
+    /* Joined with the held header: a whole frame batched again, unwritten
+    ** until the next call that is not an append. */
+    if( h->published>=i ) h->published = i - 1;
+  }else{
+    all_written(h);
+  }
   free(page);
 }
 
@@ -168,6 +180,7 @@ static void op_header_rewrite(harness *h){
   all_written(h);
   make_frame_header(h, hdr);
   CHECK(do_write(h, hdr, 24, loff(h, i))==SQLITE_OK);
+  h->held = i;
 }
 
 static void op_odd_write(harness *h){
@@ -205,11 +218,11 @@ static void op_read(harness *h){
   sqlite3_file *f = h->w;
   u32 last = h->next - 1;     /* frames this handle may read */
   u32 i;
-  if( rnd(h, 3)==0 && h->published>0 ){
+  if( rnd(h, 3)==0 && h->published>0 && !h->held ){
     f = h->w2;                /* another connection: published frames only */
     last = h->published;
   }
-  if( f==h->w ) all_written(h);
+  if( f==h->w ){ all_written(h); h->held = 0; }
   i = 1 + rnd(h, last);
   switch( rnd(h, 5) ){
     case 0: check_read(h, f, h->P, loff(h, i) + 24); break;    /* page lookup */
@@ -232,11 +245,13 @@ static void op_misc(harness *h){
     case 0:
       CHECK(h->w->pMethods->xSync(h->w, SQLITE_SYNC_NORMAL)==SQLITE_OK);
       all_written(h);
+      h->held = 0;
       break;
     case 1:
       CHECK(h->w->pMethods->xFileSize(h->w, &size)==SQLITE_OK);
       CHECK(size>=loff(h, h->hi + 1));
       all_written(h);
+      h->held = 0;
       break;
     default:
       h->next = 1 + rnd(h, h->next);       /* rollback: rewrite from here */

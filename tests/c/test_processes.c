@@ -15,6 +15,10 @@
 **   fork + exit       a child inherits the parent's group buffer; its exit
 **                     must not write it over the parent's newer durable
 **                     commits (waldio's atexit hook used to).
+**   late reader       a process that opened the log before another process
+**                     started a generation reads that generation's frames
+**                     (it used to fail with SQLITE_IOERR_SHORT_READ: the
+**                     shape of SQLite's walthread-2).
 **   re-initialization sqlite3_shutdown() + sqlite3_initialize() + register
 **                     again: new databases still get 24 reserved bytes and
 **                     the SQL function waldio_last_error() (the auto-
@@ -280,6 +284,71 @@ static void test_concurrent_first_opens(void){
   for(i=0; i<6; i++) CHECK_EQ(wait_child(aPid[i]), 0);
 }
 
+/* ------------------------------------ a generation started by another process */
+
+/* P1 opened the log while it held no generation (page size unknown to its
+** log object); P2 then starts a generation and commits; P1 must read P2's
+** frames (it used to fail with SQLITE_IOERR_SHORT_READ: walthread-2). */
+static int late_reader_child(const char *zDb, int toParent, int fromParent){
+  sqlite3 *db = 0;
+  char ch = 'r', buf[256];
+  long long n;
+  if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) return 80;
+  sqlite3_busy_timeout(db, 10000);
+  if( query_int(db, "SELECT count(*) FROM t")!=1 ) return 81;
+  if( write(toParent, &ch, 1)!=1 || read(fromParent, &ch, 1)!=1 ) return 82;
+  n = query_int(db, "SELECT count(*) FROM t");
+  if( n!=2 ){
+    waldio_last_error(buf, sizeof(buf));
+    fprintf(stderr, "late reader saw %lld rows (%s): %s\n", n, buf, sqlite3_errmsg(db));
+    return 83;
+  }
+  sqlite3_close(db);
+  return 0;
+}
+
+static void test_generation_started_elsewhere(void){
+  char zDb[600], ch;
+  sqlite3 *db = 0;
+  int up[2], down[2];
+  pid_t pid;
+  snprintf(zDb, sizeof(zDb), "%s/late.db", g_dir);
+  remove_db(zDb);
+  pid = fork();
+  if( pid==0 ){
+    if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) _exit(84);
+    if( exec_ok(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x);"
+                    " INSERT INTO t VALUES(1)") ) _exit(85);
+    _exit(sqlite3_close(db) ? 86 : 0);   /* clean close: no generation left */
+  }
+  CHECK_EQ(wait_child(pid), 0);
+  /* As after a switch to DELETE and back: the next opener creates the log,
+  ** which then knows no page size yet. */
+  {
+    char z[700];
+    snprintf(z, sizeof(z), "%s-wal", zDb);
+    CHECK_EQ(unlink(z), 0);
+    snprintf(z, sizeof(z), "%s-wal-shm", zDb);
+    unlink(z);
+  }
+  if( pipe(up) || pipe(down) ){ CHECK(0); return; }
+  pid = fork();
+  if( pid==0 ) _exit(late_reader_child(zDb, up[1], down[0]));
+  CHECK_EQ(read(up[0], &ch, 1), 1);
+  {
+    pid_t w = fork();
+    if( w==0 ){
+      if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) _exit(87);
+      if( exec_ok(db, "INSERT INTO t VALUES(2)") ) _exit(88);
+      if( write(down[1], "g", 1)!=1 ) _exit(89);
+      sleep_ms(500);                        /* keep the wal-index alive */
+      _exit(0);
+    }
+    CHECK_EQ(wait_child(pid), 0);
+    CHECK_EQ(wait_child(w), 0);
+  }
+}
+
 /* -------------------------------------------------------- killed creator */
 
 static int g_dirSyncs;
@@ -324,6 +393,7 @@ int main(void){
   test_conversion_race();
   test_concurrent_first_opens();
   test_fork_child_exit();
+  test_generation_started_elsewhere();
   test_reinitialization();
   test_killed_creator();
   if( g_failures==0 ){

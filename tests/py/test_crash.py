@@ -255,14 +255,15 @@ def test_contracts_per_mode(tmp_path: Path) -> None:
     a2 = L.ack(2)
     rec = L.done()
     got = {}
-    for name in ("wal-full", "wal-normal", "waldio-normal"):
+    for name in ("wal-full", "wal-normal", "waldio-normal", "waldio-ns"):
         rec.mode = crash.MODES[name]
         got[name] = [rec.required(crash.StateKey(m, a2, "prefix", 0)) for m in crash.MODELS]
     # kill, os, power. Transaction 1 was acknowledged before the WAL's sync
     # began, transaction 2 after it ended.
     assert got["wal-full"] == [2, 2, 2]
     assert got["wal-normal"] == [2, 1, 1]
-    assert got["waldio-normal"] == [2, 2, 1]
+    assert got["waldio-normal"] == [2, 1, 1]
+    assert got["waldio-ns"] == [2, 2, 1]
     del a1, s
 
 

@@ -56,14 +56,6 @@ CREATE TRIGGER rows_tally AFTER INSERT ON rows
   BEGIN UPDATE tally SET n = n + 1 WHERE writer = new.writer; END;
 """
 
-# Open waldio bugs these tests find (STRESS_FINDINGS.md): strict, so that the
-# fix shows up as a failure asking to remove the mark.
-FAILED_SWITCH_BUG = pytest.mark.xfail(strict=True, reason=(
-    "issue 9 item 7 (journal-mode switches): a refused PRAGMA "
-    "journal_mode=DELETE still makes the last close delete the log "
-    "(STRESS_FINDINGS.md F2)"))
-
-
 @dataclass
 class Run:
     """What the workers of one run reported, and how long it took."""
@@ -234,7 +226,6 @@ def test_walthread2_shape_stock_control(apsw_sqlite: Any, dbdir: Path) -> None:
     walthread2(apsw_sqlite, dbdir, "unix")
 
 
-@FAILED_SWITCH_BUG
 def test_failed_switch_keeps_the_log(sqlite: Any, dbdir: Path) -> None:
     """A PRAGMA journal_mode=DELETE refused with SQLITE_BUSY leaves the
     database in WAL mode, so the last close must keep the preallocated log

@@ -48,7 +48,8 @@ first k acknowledged transactions (no holes), and k must cover what the
 mode's contract makes durable at that crash point:
   wal-full, waldio-full, waldio-persistent: every acknowledged transaction
   wal-normal: kill: all; os/power: all acknowledged before the last WAL sync
-  waldio-normal: kill/os: all; power: all acknowledged before the last flush
+  waldio-normal: kill: all; os/power: all acknowledged before the last flush
+  waldio-ns: kill/os: all; power: all acknowledged before the last flush
   waldio-group-durable: every acknowledged transaction
   waldio-group-async: every transaction whose commit frame had reached the
     log (kill, os) or durable media (power) at the crash; commits return
