@@ -1,5 +1,5 @@
 /*
-** pager.h — the file, the node cache, and the commit write (DESIGN.md §4).
+** pager.h — the file, the node cache, and the commit write (DESIGN.md §5.1).
 **
 ** Every logical page p has two slots; cur[p] says which one holds p's last
 ** committed content (LSM_NO_SLOT: none, the page is free and never held a

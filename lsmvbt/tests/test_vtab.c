@@ -75,7 +75,10 @@ static char *query_all(sqlite3 *db, const char *sql){
     sqlite3_str_appendchar(s, 1, '\n');
   }
   sqlite3_finalize(st);
-  return sqlite3_str_finish(s);
+  {
+    char *z = sqlite3_str_finish(s);      /* NULL for an empty result */
+    return z ? z : sqlite3_mprintf("%s", "");
+  }
 }
 
 static int same_rows(sqlite3 *db, const char *sqlA, const char *sqlB){
