@@ -37,6 +37,9 @@
 **                           every frame was backfilled, the log is marked
 **                           empty when the WAL closes.
 **
+** A database whose file is not plain SQLite format passes through whole
+** (waldio_db_passthrough below).
+**
 ** The wal-index header layout read here (mxFrame at byte 16 of each 48-byte
 ** copy, nBackfill at byte 96) is SQLite's documented shared-memory format
 ** (sqlite.org/walformat.html), unchanged since 3.7.0.
@@ -61,7 +64,7 @@ static waldio_db_file *D(sqlite3_file *f){ return (waldio_db_file*)f; }
 /* ------------------------------------------------------ the wal-index host */
 
 static void close_shm_host(waldio_db_file *p){
-  if( p->pShmHost ){
+  if( p->pShmHost ){                  /* never ORIGFILE: that is not cached */
     if( p->pShmHost->pMethods ) p->pShmHost->pMethods->xClose(p->pShmHost);
     sqlite3_free(p->pShmHost);
   }
@@ -70,8 +73,25 @@ static void close_shm_host(waldio_db_file *p){
   p->zShmHostName = 0;
 }
 
-/* The lower-VFS file whose shared memory is this database's wal-index. On
-** failure, nothing is left behind (an allocation failure is SQLITE_NOMEM). */
+/* A database whose file does not start with SQLite's header is being
+** transformed by a VFS above waldio (encryption, compression, obfuscation):
+** its WAL would be as opaque as its pages, so waldio cannot lay it out.
+** Such a database passes through: WAL and wal-index are the lower VFS's,
+** exactly as without waldio. Every process decides alike, from the file. */
+int waldio_db_passthrough(waldio_db_file *p){
+  sqlite3_file *f = ORIGFILE(p);
+  static const char zMagic[16] = "SQLite format 3";
+  char h[16];
+  if( p->passthrough<0
+   && f->pMethods->xRead(f, h, sizeof(h), 0)==SQLITE_OK ){
+    p->passthrough = memcmp(h, zMagic, sizeof(h))!=0;
+  }
+  return p->passthrough>0;
+}
+
+/* The lower-VFS file whose shared memory is this database's wal-index
+** (the database file itself when it passes through). On failure, nothing
+** is left behind (an allocation failure is SQLITE_NOMEM). */
 static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
   sqlite3_vfs *pLower = p->pVfs->pLower;
   const char *azParam[2] = { "readonly_shm", "1" };
@@ -79,6 +99,7 @@ static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
 
   *pRc = SQLITE_OK;
   if( p->pShmHost ) return p->pShmHost;
+  if( waldio_db_passthrough(p) ) return ORIGFILE(p);
   if( !p->zWalPath ){
     *pRc = waldio_error(SQLITE_CANTOPEN, "a database without a file name has"
                         " no wal-index file");
@@ -242,6 +263,7 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       return SQLITE_OK;
     case SQLITE_FCNTL_PERSIST_WAL: {
       int *pVal = pArg;
+      if( p->passthrough>0 ) break;            /* the lower VFS's WAL */
       if( *pVal>=0 ){
         p->persistWal = *pVal;
       }else{
@@ -286,6 +308,7 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       }
       break;
     case SQLITE_FCNTL_EXTERNAL_READER:
+      if( p->passthrough>0 ) break;
       if( p->pShmHost ){
         return p->pShmHost->pMethods->xFileControl(p->pShmHost, op, pArg);
       }
@@ -340,8 +363,10 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
 
 static void dbShmBarrier(sqlite3_file *f){
   waldio_db_file *p = D(f);
-  if( p->pShmHost ){
-    p->pShmHost->pMethods->xShmBarrier(p->pShmHost);
+  int rc;
+  sqlite3_file *h = shm_host(p, &rc);
+  if( h ){
+    h->pMethods->xShmBarrier(h);
   }else{
     __sync_synchronize();
   }
@@ -377,6 +402,8 @@ static int dbShmUnmap(sqlite3_file *f, int deleteFlag){
   if( p->pShmHost ){
     rc = p->pShmHost->pMethods->xShmUnmap(p->pShmHost, deleteFlag);
     close_shm_host(p);
+  }else if( p->passthrough>0 ){
+    rc = ORIGFILE(p)->pMethods->xShmUnmap(ORIGFILE(p), deleteFlag);
   }
   return rc;
 }
@@ -409,6 +436,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   p->opts = v->opts;
   p->syncLevel = -1;
   p->persistWal = -1;
+  p->passthrough = -1;                  /* decided once the file has a header */
   rc = waldio_options_from_uri(&p->opts, zName);
   if( rc ) return rc;
   if( zName ){

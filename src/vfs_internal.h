@@ -50,6 +50,9 @@ typedef struct waldio_db_file {
   int lockLevel;             /* SQLITE_LOCK_* held on the database file */
   int syncLevel;             /* PRAGMA synchronous as set, -1 = default */
   int leavingWal;            /* journal_mode set to a rollback mode */
+  int passthrough;           /* the file is not plain SQLite format (a VFS
+                             ** above transforms it): its WAL and wal-index
+                             ** are the lower VFS's, untouched (db_file.c) */
   int persistWal;            /* application's SQLITE_FCNTL_PERSIST_WAL, -1 */
   int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
   volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
@@ -90,6 +93,8 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
 waldio_db_file *waldio_db_of(sqlite3_file *pTop);
 /* The open database file a WAL named zWal belongs to (see above), or NULL. */
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
+/* Decide (once the file holds a header) whether p passes through. */
+int waldio_db_passthrough(waldio_db_file *p);
 int waldio_db_sync_level(const waldio_db_file *p);
 
 /* wal_file.c */

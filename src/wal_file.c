@@ -485,6 +485,15 @@ static int read_db_header(waldio_db_file *db, u32 *pPage, u32 *pReserve){
   return SQLITE_OK;
 }
 
+/* Non-zero if page 1 as stored has bytes in its embedding tail. */
+static int page1_tail_used(waldio_db_file *db, u32 page){
+  sqlite3_file *f = ORIGFILE(db);
+  u8 tail[WAL_FRAME_HDR_BYTES];
+  static const u8 zero[WAL_FRAME_HDR_BYTES];
+  return f->pMethods->xRead(f, tail, sizeof(tail), page - sizeof(tail))==SQLITE_OK
+      && memcmp(tail, zero, sizeof(tail))!=0;
+}
+
 /* The layout this database's log should have (wal_format.c
 ** wf_choose_layout: auto means embed where possible, else pad4k). The block
 ** size is the file system's, which the log will use too. */
@@ -496,6 +505,12 @@ static int choose_layout(waldio_db_file *db, log_request *req){
   if( stat(db->zName, &st)==0 && st.st_blksize>block ) block = (u32)st.st_blksize;
   req->layout = (int)wf_choose_layout((u32)db->opts.layout, block, page,
                                       reserve, &req->zLayoutWhy);
+  if( req->layout==WALDIO_LAYOUT_EMBED && db->opts.layout==WALDIO_LAYOUT_AUTO
+   && page && page1_tail_used(db, page) ){
+    req->layout = WALDIO_LAYOUT_PAD4K;
+    req->zLayoutWhy = "page 1 has non-zero bytes in its last 24 reserved bytes:"
+                      " another extension (checksums, encryption) uses them";
+  }
   if( req->layout==0 ){
     return waldio_error(SQLITE_CANTOPEN, "%s: waldio_layout=%s cannot be used"
         " with page size %u and %u reserved bytes on %u-byte blocks: %s."
@@ -539,6 +554,10 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   if( !db ){
     return waldio_error(SQLITE_CANTOPEN, "%s: cannot find the database this"
                         " WAL belongs to among waldio's open files", zName);
+  }
+  if( waldio_db_passthrough(db) ){
+    /* Opaque to waldio: the lower VFS's own WAL, on SQLite's file object. */
+    return v->pLower->xOpen(v->pLower, zName, (sqlite3_file*)p, flags, pOutFlags);
   }
   memset(&req, 0, sizeof(req));
   req.opts = &db->opts;

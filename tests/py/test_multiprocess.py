@@ -5,7 +5,8 @@ Each test failed before its fix:
   * a refused group-mode upgrade dropped the process's shared lock, so a
     second process could switch group mode on and hide its commits;
   * a VFS stacked above waldio (apsw.VFS inheriting the default) crashed at
-    the first WAL open (the WAL name was dereferenced as SQLite's own);
+    the first WAL open (the WAL name was dereferenced as SQLite's own); one
+    that transforms the bytes (here: XOR) had its WAL refused;
   * ATTACHed databases (no reserved bytes) were refused in WAL mode;
   * after apsw.shutdown()/initialize() new databases lost their reserve.
 The cases that need fork() or a forced interleaving (concurrent first
@@ -155,6 +156,51 @@ def test_vfs_stacked_above_waldio(dbdir: Path) -> None:
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["(100,", "4950)", "ok", "True"]
+
+
+XORED = textwrap.dedent("""
+    import atexit, shutil, sys, apsw
+    sys.path.insert(0, %(here)r)
+    import conftest
+    atexit.register(shutil.rmtree, conftest._EXT_COPIES, True)
+    from waldio import drivers
+    conftest.load_waldio(drivers.driver_by_name("apsw"))
+    def xor(b):
+        return bytes(x ^ 0xA5 for x in b)
+    class Obfuscated(apsw.VFS):
+        def __init__(self):
+            super().__init__("obf", base="")         # above waldio
+        def xOpen(self, name, flags):
+            return File("", name, flags)
+    class File(apsw.VFSFile):
+        def xRead(self, n, off):
+            return xor(super().xRead(n, off))
+        def xWrite(self, data, off):
+            super().xWrite(xor(data), off)
+    vfs = Obfuscated()
+    dbs = [apsw.Connection(sys.argv[1], vfs="obf") for _ in range(2)]
+    dbs[0].execute("PRAGMA journal_mode=WAL")
+    dbs[0].execute("CREATE TABLE t(x)")
+    for i in range(200):
+        dbs[i %% 2].execute("INSERT INTO t VALUES(?)", (i,))
+    print(dbs[1].execute("SELECT count(*), sum(x) FROM t").fetchall()[0],
+          dbs[1].execute("PRAGMA integrity_check").fetchall()[0][0],
+          '"passthrough":true' in dbs[0].execute("PRAGMA waldio").fetchall()[0][0])
+    for d in dbs:
+        d.close()
+""")
+
+
+def test_vfs_transforming_the_bytes_above_waldio(dbdir: Path) -> None:
+    """An encrypting shim above waldio: the file is not plain SQLite format,
+    so waldio passes the database through (its WAL as stock SQLite's)."""
+    script = dbdir / "xored.py"
+    script.write_text(XORED % {"here": str(HERE)})
+    out = subprocess.run([sys.executable, str(script), str(dbdir / "x.db")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["(200,", "19900)", "ok", "True"]
+    assert (dbdir / "x.db").read_bytes()[:16] != b"SQLite format 3\0"
 
 
 def test_attached_database_in_wal_mode(sqlite: Any, dbdir: Path) -> None:

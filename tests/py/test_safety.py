@@ -198,6 +198,26 @@ def test_page_with_bytes_in_the_reserved_tail_is_refused(sqlite: Any, dbdir: Pat
     conn.close()
 
 
+def test_page1_tail_in_use_chooses_padding(sqlite: Any, dbdir: Path) -> None:
+    """Reserved bytes another extension fills (a checksum, say): the auto
+    layout sees them in page 1 and pads instead of refusing every write."""
+    path = dbdir / "ext.db"
+    stock = sqlite.stock(path, reserve=32)
+    stock.execute("CREATE TABLE t(x)")
+    stock.execute("INSERT INTO t VALUES(1)")
+    stock.close()
+    with open(path, "r+b") as f:                   # the extension's bytes
+        f.seek(4096 - 8)
+        f.write(b"\x5a" * 8)
+    conn = sqlite.waldio(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("INSERT INTO t VALUES(2)")
+    status = wl.status(conn)
+    assert status["layout"] == "pad4k" and "another extension" in status["layout_reason"]
+    assert conn.execute("SELECT sum(x) FROM t")[0][0] == 3
+    conn.close()
+
+
 def test_page_size_smaller_than_a_block(sqlite: Any, dbdir: Path) -> None:
     """1 KiB pages (SQLite's default before 3.12): auto pads, embed refuses."""
     conn = sqlite.waldio(dbdir / "small.db")
