@@ -22,6 +22,7 @@ import time
 from waldio import bench as B
 
 from .options import (
+    SETTING_ARGS,
     float_at_least_zero,
     int_any,
     int_at_least,
@@ -127,6 +128,17 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g.add_argument("--think-ms", type=float_at_least_zero, metavar="MS",
                    help="sleep between transactions (inside the wall time, outside latencies)")
 
+    g = p.add_argument_group("speedtest1 (--workload speedtest1: SQLite's own benchmark, stock and "
+                             "waldio side by side)")
+    g.add_argument("--size", metavar="LIST",
+                   help="speedtest1 --size values, comma list (default 25,100)")
+    g.add_argument("--speedtest1-binary", metavar="PATH",
+                   help="a speedtest1 built by bench/speedtest1/build.sh (default: build it, "
+                        "or find it up to date, in /var/tmp/waldio-speedtest1)")
+    g.add_argument("--speedtest1-lib", metavar="PATH",
+                   help="libwaldio.a to link into speedtest1 (default: build/libwaldio.a of "
+                        "this checkout)")
+
     g = p.add_argument_group("log regime and timed region")
     g.add_argument("--regime", choices=B.REGIMES,
                    help="growing: fresh WAL; reused: WAL pre-sized and checkpoint-restarted "
@@ -210,6 +222,11 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.dir is not None and args.fs is not None:
         parser.error("--dir and --fs exclude each other: --dir runs in an existing directory, "
                      "--fs makes a fresh loop file system")
+    if args.phases and "speedtest1" in args.phases:
+        return run_speedtest1(args)
+    for opt in ("size", "speedtest1_binary", "speedtest1_lib"):
+        if getattr(args, opt) is not None:
+            parser.error(f"--{opt.replace('_', '-')} applies to --workload speedtest1 only")
     try:
         settings = settings_from_args(args)
         modes = mode_list(args)
@@ -277,6 +294,89 @@ def run_bench(args: argparse.Namespace) -> int:
     return 0 if doc["ok"] else 1
 
 
+# options of the SQL workload that speedtest1 does not have (it has its own workload)
+_NOT_FOR_SPEEDTEST1 = tuple(a for a in SETTING_ARGS if a not in ("phases", "repetitions",
+                                                                  "warmup", "stock_reserve"))
+
+
+def run_speedtest1(args: argparse.Namespace) -> int:
+    """``waldio bench --workload speedtest1``: SQLite's speedtest1, stock and waldio."""
+    from waldio.bench import speedtest1 as S
+    from waldio.bench import report as R
+    from waldio.bench import speedtest1_report as SR
+    parser: argparse.ArgumentParser = args._parser
+    if args.phases != ["speedtest1"]:
+        parser.error("--workload speedtest1 runs alone (it is SQLite's own program, not a "
+                     "phase of the SQL workload)")
+    given = [a for a in _NOT_FOR_SPEEDTEST1 if getattr(args, a, None) is not None]
+    if args.baseline is not None:
+        given.append("baseline")
+    if args.layout != "embed":
+        given.append("layout")
+    if args.sqlite != "apsw":
+        given.append("sqlite")
+    if given:
+        parser.error(f"--workload speedtest1: {', '.join('--' + g.replace('_', '-') for g in given)} "
+                     f"do not apply (speedtest1 has its own workload; it takes --size, --modes, "
+                     f"--repetitions, --warmup, --stock-reserve, --dir/--fs, --json)")
+    try:
+        st = S.Speedtest1Settings(
+            sizes=S.parse_sizes(args.size), modes=S.parse_modes(args.modes),
+            repetitions=args.repetitions if args.repetitions is not None else 5,
+            warmup=args.warmup if args.warmup is not None else 1,
+            stock_reserve=args.stock_reserve or 0, binary=args.speedtest1_binary,
+            lib=args.speedtest1_lib)
+    except ValueError as e:
+        parser.error(str(e))
+    plain = args.plain or not sys.stdout.isatty()
+    out = R.Printer(plain=plain)
+    err = R.Printer(plain=args.plain or not sys.stderr.isatty(), stream=sys.stderr)
+    t0 = time.perf_counter()
+    rounds = st.warmup + st.repetitions
+    runner = S.Speedtest1(st, log=(lambda line: None) if args.quiet else err.line)
+    try:
+        binary = runner.prepare()
+    except B.BenchError as e:
+        print(f"waldio bench: error: {e}", file=sys.stderr)
+        return 3
+    if not args.quiet:
+        out.line(f"waldio bench --workload speedtest1: {binary}")
+        out.line(f"sizes {', '.join(map(str, st.sizes))}; modes {', '.join(st.modes)}; "
+                 f"{st.warmup} warm-up + {st.repetitions} measured rounds")
+    size = args.fs_size or S.default_fs_size_mib(st)
+    try:
+        with B.open_target(args.fs, args.dir, size, True) as target:
+            if not args.quiet:
+                out.line(target.note)
+                out.line("")
+            with R.progress_reporter(err, enabled=not args.quiet,
+                                     total=rounds * len(st.sizes) * len(st.modes)) as progress:
+                runner.progress = lambda ev: progress(dict(
+                    ev, result=f"TOTAL {ev['total_ms']:,} ms" if ev.get("total_ms") is not None
+                    else None))
+                doc = runner.run(target)
+    except B.BenchError as e:
+        print(f"waldio bench: error: {e}", file=sys.stderr)
+        return 3
+    doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
+    problems = SR.validate(doc)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    SR.print_results(out, doc, detail=not args.quiet)
+    SR.print_failures(out, doc)
+    for p in problems:
+        print(f"waldio bench: internal error: result does not match its schema: {p}",
+              file=sys.stderr)
+    if not args.quiet:
+        out.line(f"total wall time: {doc['tool']['wall_s']:.1f} s"
+                 + (f"; JSON: {args.json}" if args.json else ""))
+    if problems:
+        return 3
+    return 0 if doc["ok"] else 1
+
+
 def run_report(args: argparse.Namespace) -> int:
     from waldio.bench import report as R
     parser: argparse.ArgumentParser = args._parser
@@ -296,6 +396,14 @@ def run_report(args: argparse.Namespace) -> int:
     status = 0
     for path, doc in docs:
         out.line(f"== {path} ==")
+        if doc.get("kind") == "speedtest1":
+            from waldio.bench import speedtest1_report as SR
+            SR.print_results(out, doc)
+            SR.print_failures(out, doc)
+            if not doc.get("ok", False):
+                status = 1
+            out.line("")
+            continue
         if args.params:
             R.print_header(out, doc)
         else:
@@ -305,7 +413,8 @@ def run_report(args: argparse.Namespace) -> int:
         if not doc.get("ok", False):
             status = 1
         out.line("")
-    if args.out:
+    docs = [(p, d) for p, d in docs if d.get("kind") != "speedtest1"]   # no plots (yet)
+    if args.out and docs:
         try:
             import matplotlib  # noqa: F401
         except ImportError:

@@ -109,9 +109,17 @@ _add(Mode("waldio-persistent", "waldio", "WAL", "FULL",
 
 
 _add(Mode("waldio-normal", "waldio", "WAL", "NORMAL", waldio_sync="normal",
-          commit="O_DIRECT overwrite, no flush; log flushed at checkpoints and within flush_ms",
-          durability="no loss on process or OS crash; power loss may lose commits since "
-                     "the last flush (bounded by flush_ms)"))
+          commit="buffered overwrite of the preallocated log (page cache), no flush; log "
+                 "flushed at checkpoints and within flush_ms",
+          durability="no loss on process crash; OS crash or power loss may lose commits of "
+                     "the last flush_ms plus one flush"))
+
+
+_add(Mode("waldio-off", "waldio", "WAL", "OFF", waldio_sync="off",
+          commit="buffered log write through the page cache; waldio never flushes it "
+                 "(as stock WAL with synchronous=OFF)",
+          durability="no loss on process crash; OS crash or power loss may lose recent commits "
+                     "(kernel write-back decides)"))
 
 
 # Group commit (the paper's Group Synch; docs/durability.md): one entry per base mode
@@ -133,7 +141,7 @@ for _base in ("waldio-full", "waldio-persistent", "waldio-normal"):
               durability=_b.durability))
 
 
-for _m in ("waldio-full", "waldio-persistent", "waldio-normal"):
+for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-off"):
     MODES[_m] = replace(MODES[_m], waldio_group="off")
 
 

@@ -64,11 +64,15 @@ def mode_name_arg(text: str) -> str:
 
 def workload_arg(text: str) -> List[str]:
     words = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in words if w not in B.WORKLOADS]
+    bad = [w for w in words if w not in B.WORKLOADS and w != "speedtest1"]
     if not words or bad:
         raise argparse.ArgumentTypeError(
             f"unknown workload {', '.join(map(repr, bad)) or repr(text)} (accepted: "
-            f"{', '.join(B.WORKLOADS)}, or a comma list of them, run one after the other)")
+            f"{', '.join(B.WORKLOADS)}, or a comma list of them, run one after the other; "
+            f"or speedtest1 alone: SQLite's own benchmark)")
+    if "speedtest1" in words and len(words) > 1:
+        raise argparse.ArgumentTypeError("speedtest1 runs alone (SQLite's own benchmark "
+                                         "program), not as a phase of a list")
     return words
 
 

@@ -55,6 +55,12 @@ def load(path: str) -> Dict[str, Any]:
             raise ValueError(f"not JSON: {e}") from None
     if not isinstance(doc, dict) or "schema_version" not in doc:
         raise ValueError("not a waldio bench result (no schema_version)")
+    if doc.get("kind") == "speedtest1":      # waldio bench --workload speedtest1
+        from .speedtest1_report import validate as validate_speedtest1
+        problems = validate_speedtest1(doc)
+        if problems:
+            raise ValueError("does not match the speedtest1 schema: " + "; ".join(problems[:5]))
+        return doc
     want = schema()["properties"]["schema_version"]["const"]
     if doc["schema_version"] != want:
         raise ValueError(f"schema_version {doc['schema_version']} (this waldio reads {want})")
@@ -152,7 +158,8 @@ def progress_reporter(printer: Printer, enabled: bool, total: int
         if ev["event"] != "done":
             return
         what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
-        res = f"{ev['ops_per_s']:,.0f} ops/s" if ev.get("ops_per_s") else "no result"
+        res = ev.get("result") or (f"{ev['ops_per_s']:,.0f} ops/s" if ev.get("ops_per_s")
+                                   else "no result")
         state = "ok" if ev["ok"] else f"FAILED {ev.get('error') or 'checks'}"
         print(f"[{ev['step']}/{ev['total']}] {ev['mode']} {what}: {res} ({state})",
               file=printer.stream, flush=True)
