@@ -21,7 +21,13 @@ import pytest
 import readme
 
 ROOT = Path(__file__).resolve().parents[2]
-SOURCES = ("CMakeLists.txt", "cmake", "src", "include", "crash", "tests", "examples")
+# Everything CMake may read; not python/ (a development build copies waldio.so
+# there) nor build outputs.
+SKIP = {".git", "build", "python", "results", "app"}
+
+
+def sources() -> list:
+    return [p for p in ROOT.iterdir() if p.name not in SKIP and not p.name.startswith("build-")]
 
 
 def need(*programs: str) -> None:
@@ -35,8 +41,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
     """README's C block, run in a copy of the source tree (symlinks)."""
     need("cmake", "cc", "pkg-config")
     work = tmp_path_factory.mktemp("c-users")
-    for name in SOURCES:
-        (work / name).symlink_to(ROOT / name)
+    for path in sources():
+        (work / path.name).symlink_to(path)
     prefix = work / "prefix"
     (sh, code), = [b for b in readme.blocks("Use it from C") if b[0] == "sh"]
     env = dict(os.environ, PREFIX=str(prefix))
