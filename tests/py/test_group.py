@@ -18,6 +18,7 @@ from typing import Any, List, Tuple
 import pytest
 
 import workloads as wl
+from sql_peer import Peer
 from waldio.drivers import SQLiteError
 
 WORKER = str(Path(__file__).resolve().parent / "worker.py")
@@ -191,15 +192,12 @@ def test_group_mode_needs_the_database_alone(sqlite: Any, dbdir: Path) -> None:
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
     # And group mode cannot start while another process has it open.
-    holder = subprocess.Popen([sys.executable, WORKER, sqlite.name, "reader", str(path),
-                               json.dumps({"stop": str(dbdir / "stop")})],
-                              stdout=subprocess.PIPE, text=True)
-    time.sleep(1.0)
+    holder = Peer(sqlite.name, path)
+    assert holder.sql("SELECT count(*) FROM acct")["rows"] == [[wl.ACCOUNTS]]
     with pytest.raises(SQLiteError) as e:
         a.execute("PRAGMA waldio_group=durable")
     assert "the only one using the database" in str(e.value)
-    (dbdir / "stop").touch()
-    holder.communicate(timeout=60)
+    holder.close()
     assert a.execute("PRAGMA waldio_group=durable")[0][0] == "durable"
     a.close()
 

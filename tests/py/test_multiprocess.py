@@ -28,35 +28,9 @@ from typing import Any, Dict, List
 import pytest
 
 import workloads as wl
+from sql_peer import Peer
 
 HERE = Path(__file__).resolve().parent
-
-
-class Peer:
-    """A connection held open in another process (sql_peer.py)."""
-
-    def __init__(self, driver: str, db: Path, **uri: Any) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, str(HERE / "sql_peer.py"), driver, str(db), json.dumps(uri)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert json.loads(self._line())["ready"]
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line, "peer process died"
-        return line
-
-    def sql(self, statement: str) -> Dict[str, Any]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(statement + "\n")
-        self.proc.stdin.flush()
-        return json.loads(self._line())
-
-    def close(self) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
-        assert self.proc.wait(timeout=60) == 0
 
 
 def test_refused_group_upgrade_keeps_the_shared_lock(sqlite: Any, dbdir: Path) -> None:
