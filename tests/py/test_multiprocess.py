@@ -33,6 +33,17 @@ from sql_peer import Peer
 HERE = Path(__file__).resolve().parent
 
 
+def run_script(dbdir: Path, template: str, db: str) -> "subprocess.CompletedProcess[str]":
+    """Run a Python script (template, with %(here)s) in a new process on
+    dbdir/db; it must exit 0. Returns the finished process."""
+    script = dbdir / "script.py"
+    script.write_text(template % {"here": str(HERE)})
+    out = subprocess.run([sys.executable, str(script), str(dbdir / db)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
 def test_refused_group_upgrade_keeps_the_shared_lock(sqlite: Any, dbdir: Path) -> None:
     path = dbdir / "g.db"
     conn = sqlite.waldio(path)
@@ -124,11 +135,7 @@ STACKED = textwrap.dedent("""
 
 
 def test_vfs_stacked_above_waldio(dbdir: Path) -> None:
-    script = dbdir / "stacked.py"
-    script.write_text(STACKED % {"here": str(HERE)})
-    out = subprocess.run([sys.executable, str(script), str(dbdir / "s.db")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    out = run_script(dbdir, STACKED, "s.db")
     assert out.stdout.split() == ["(100,", "4950)", "ok", "True"]
 
 
@@ -168,11 +175,7 @@ XORED = textwrap.dedent("""
 def test_vfs_transforming_the_bytes_above_waldio(dbdir: Path) -> None:
     """An encrypting shim above waldio: the file is not plain SQLite format,
     so waldio passes the database through (its WAL as stock SQLite's)."""
-    script = dbdir / "xored.py"
-    script.write_text(XORED % {"here": str(HERE)})
-    out = subprocess.run([sys.executable, str(script), str(dbdir / "x.db")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    out = run_script(dbdir, XORED, "x.db")
     assert out.stdout.split() == ["(200,", "19900)", "ok", "True"]
     assert (dbdir / "x.db").read_bytes()[:16] != b"SQLite format 3\0"
 
@@ -219,10 +222,6 @@ REINIT = textwrap.dedent("""
 
 
 def test_reinitialized_sqlite_keeps_the_per_connection_setup(dbdir: Path) -> None:
-    script = dbdir / "reinit.py"
-    script.write_text(REINIT % {"here": str(HERE)})
-    out = subprocess.run([sys.executable, str(script), str(dbdir / "r.db")],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
+    out = run_script(dbdir, REINIT, "r.db")
     assert out.stdout.split() == ["1", "True"]
     assert (dbdir / "r.db").read_bytes()[20] == 24       # reserved bytes
