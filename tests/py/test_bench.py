@@ -189,7 +189,9 @@ def test_mode_table_and_spec_grammar() -> None:
     assert [s.label for s in specs][:3] == ["waldio-full:pad4k", "waldio-persistent:pad4k",
                                             "waldio-normal:pad4k"]
     assert [s.label for s in specs][-2:] == ["delete-off@system", "raw-dio"]
-    assert len(specs) == 3 * 3 + 2  # 3 base modes x (off, async, durable)
+    # 3 base modes x (off, async, durable), waldio-off, and the two explicit ones
+    assert len(specs) == 3 * 3 + 1 + 2
+    assert B.MODES["waldio-off"].synchronous == "OFF" and B.MODES["waldio-off"].waldio_sync == "off"
     assert specs[-1].sqlite is None and specs[-2].sqlite == "system"
     g = B.MODES["waldio-persistent-async"]
     assert g.pragmas == ("PRAGMA waldio_sync=persistent", "PRAGMA waldio_group=async")
@@ -437,3 +439,190 @@ def test_memory_backed_dir_is_refused_for_direct_io_modes(capsys: pytest.Capture
                              capsys)
     assert status == 3
     assert "tmpfs is memory-backed" in err and "choose another --dir" in err
+
+
+# --------------------------------------------------------------------------
+# large transactions, a reader in another process, speedtest1 (issue 10)
+# --------------------------------------------------------------------------
+
+LARGE_MODES = "wal-full,waldio-full,wal-normal,waldio-normal,wal-off,waldio-off"
+
+
+@pytest.mark.parametrize("extra", [
+    # the spill workload, scaled down: a 50-page cache overflows inside every transaction
+    {"schema": "rowid", "prepopulate": 3000, "phases": ["update"], "key_order": "random",
+     "ops_per_txn": 400, "transactions": 3, "cache_size": -200},
+    # one large insert transaction
+    {"schema": "rowid", "phases": ["insert"], "transactions": 1, "ops_per_txn": 3000,
+     "cache_size": -200},
+    {"schema": "rowid", "phases": ["vacuum"], "prepopulate": 2000, "transactions": 2},
+    {"schema": "rowid", "phases": ["create-index"], "prepopulate": 2000, "transactions": 2,
+     "cache_size": -200},
+], ids=["spill", "bulk-insert", "vacuum", "create-index"])
+def test_large_transaction_workloads(extra: Dict[str, Any], rundir: str) -> None:
+    doc = run_engine(rundir, "mobibench-2015", LARGE_MODES, **extra)
+    assert failures(doc) == []
+    assert R.validate(doc) == []
+    for m in doc["modes"]:
+        (rep,) = m["repetitions"]
+        assert rep["transactions"] == extra["transactions"]
+        names = [i["name"] for i in rep["checks"]["items"]]
+        if extra["phases"] == ["create-index"]:
+            item = next(i for i in rep["checks"]["items"] if i["name"] == "indexes created")
+            assert item["expected"] == item["actual"] == 2
+        assert "PRAGMA integrity_check" in names
+        pt = m["summary"]["per_txn"]
+        assert pt["process_wchar"]["median"] > 0
+        if m["kind"] == "waldio":
+            assert rep["waldio_stats"]["frames_written"] > 0
+            assert pt["log_bytes_written"]["median"] > 0
+            assert m["summary"]["waldio_stats_per_txn"]["frames_written"] > 0
+
+
+def test_statement_workloads_plan_and_defaults() -> None:
+    s = B.resolve_settings("mobibench-2015", {"phases": ["vacuum"], "transactions": 3,
+                                              "tables": 2})
+    assert s.prepopulate == 100_000 and any("vacuum" in n for n in s.notes)
+    p = B.build_plan(s, 0)
+    assert [t[1] for t in p.txns] == [(("VACUUM", (), False),)] * 3
+    assert p.expected_changes == 0 and p.ops["vacuum"] == 3
+    c = B.resolve_settings("mobibench-2015", {"phases": ["create-index"], "transactions": 2,
+                                              "prepopulate": 10})
+    q = B.build_plan(c, 0)
+    sqls = [st[0] for _, stmts in q.txns for st in stmts]
+    assert sqls == ["CREATE INDEX tblMyList_bench_idx0_0 ON tblMyList(Value)",
+                    "CREATE INDEX tblMyList_bench_idx0_1 ON tblMyList(Value)"]
+    assert q.indexes_created == 2
+
+
+def test_reader_in_another_process(rundir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["bench", "--dir", rundir, "--plain", "--schema", "rowid", "--prepopulate", "2000",
+            "--workload", "update", "--key-order", "random", "--ops-per-txn", "20",
+            "--transactions", "15", "--wal-autocheckpoint", "0", "--timed", "none",
+            "--reader-scans", "3", "--modes", "wal-full,waldio-full,wal-normal,waldio-normal",
+            "--repetitions", "2", "--warmup", "0", "--json", os.path.join(rundir, "r.json")]
+    status, out, err = run_cli(argv, capsys)
+    assert status == 0, out + err
+    assert "reader in another process" in out
+    doc = json.loads(Path(rundir, "r.json").read_text())
+    assert R.validate(doc) == []
+    for m in doc["modes"]:
+        for rep in m["repetitions"]:
+            rd = rep["reader"]
+            assert len(rd["scan_ns"]) == 3 and rd["pid"] != os.getpid()
+            assert rd["check"]["ok"] and rd["check"]["expected"][0] == 2000
+            assert rd["check"]["expected"][2] > 0          # the reader saw the updates
+            assert rd["wal_file_bytes"] > 0                 # the WAL was not checkpointed away
+            if m["kind"] == "waldio":
+                assert rd["waldio_stats"] is not None
+        assert m["summary"]["reader"]["scan_ms"]["n"] == 2
+    assert set(doc["ratios"]["reader_time"]) == {m["label"] for m in doc["modes"]}
+    assert doc["ratios"]["reader_time"]["wal-full"]["median"] == 1.0
+
+
+NEW_BAD_COMBINATIONS = [
+    (["--reader-scans", "2", "--regime", "open-close"], ["--reader-scans", "open-close"]),
+    (["--reader-scans", "2", "--timed", "close"], ["--reader-scans", "'close'"]),
+    (["--workload", "vacuum", "--ops-per-txn", "2"], ["--ops-per-txn", "VACUUM"]),
+    (["--size", "5"], ["--size applies to --workload speedtest1 only"]),
+    (["--workload", "speedtest1", "--transactions", "5"],
+     ["--workload speedtest1", "--transactions", "do not apply"]),
+    (["--workload", "speedtest1", "--modes", "waldio-normal"],
+     ["--modes", "wal-normal", "not in the list"]),
+    (["--workload", "speedtest1", "--modes", "delete-full"], ["--modes", "cannot run speedtest1"]),
+    (["--workload", "speedtest1", "--size", "0"], ["--size", ">= 1"]),
+]
+
+
+@pytest.mark.parametrize("argv,needles", NEW_BAD_COMBINATIONS,
+                         ids=[" ".join(a) for a, _ in NEW_BAD_COMBINATIONS])
+def test_new_workloads_bad_combinations(argv: List[str], needles: List[str], rundir: str,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        cli.main(["bench", "--dir", rundir] + argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    for n in needles:
+        assert n in err, err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--workload", "speedtest1,insert"])
+    assert "runs alone" in capsys.readouterr().err
+
+
+SPEEDTEST1_SAMPLE = """\
+-- Speedtest1 for SQLite 3.40.1 2022-12-28 14:03:47 df5c253c0b3dd24916e4ec7cf77d
+ 100 - 500 INSERTs into table with no index......................    0.004s
+ 200 - VACUUM.....................................................    1.250s
+ 990 - ANALYZE.....................................................    0.002s
+       TOTAL.......................................................    1.256s
+Verification Hash: 826556 2ef302098d252181c4cb98b84a8a332a8e98506910393697
+"""
+
+
+def test_speedtest1_output_and_modes_parse() -> None:
+    from waldio.bench import speedtest1 as S
+    out = S.parse_output(SPEEDTEST1_SAMPLE)
+    assert out["tests"] == [{"id": 100, "name": "500 INSERTs into table with no index", "ms": 4},
+                            {"id": 200, "name": "VACUUM", "ms": 1250},
+                            {"id": 990, "name": "ANALYZE", "ms": 2}]
+    assert out["total_ms"] == 1256 and out["version"].startswith("3.40.1")
+    assert out["hash"] == "826556 2ef302098d252181c4cb98b84a8a332a8e98506910393697"
+    assert S.parse_modes(None) == list(S.DEFAULT_MODES)
+    assert S.parse_sizes("25,100,25") == [25, 100]
+    assert S.baseline_of("waldio-normal") == "wal-normal"
+
+
+def _speedtest1_binary() -> str:
+    """Build (or find cached) speedtest1; skip with the reason where it cannot be built."""
+    from waldio.bench import speedtest1 as S
+    import shutil as _sh
+    for tool in ("apt-get", "gcc", "make", "tclsh", "xz"):
+        if _sh.which(tool) is None:
+            pytest.skip(f"speedtest1 cannot be built here: {tool} is missing")
+    if not (ROOT / "build" / "libwaldio.a").is_file():
+        pytest.skip("build/libwaldio.a is missing (make build)")
+    try:
+        return str(S.build())
+    except B.BenchError as e:
+        if "apt" in str(e) or "fetch" in str(e):
+            pytest.skip(f"SQLite's source package is not reachable here: {e}")
+        raise
+
+
+def test_speedtest1_runs_stock_and_waldio_with_identical_hashes(
+        rundir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    binary = _speedtest1_binary()
+    out_json = os.path.join(rundir, "st1.json")
+    status, out, err = run_cli(
+        ["bench", "--workload", "speedtest1", "--size", "1", "--speedtest1-binary", binary,
+         "--modes", "wal-full,waldio-full,wal-normal,waldio-normal,wal-off,waldio-off",
+         "--repetitions", "2", "--warmup", "0", "--dir", rundir, "--plain", "--json", out_json],
+        capsys)
+    assert status == 0, out + err
+    doc = json.loads(Path(out_json).read_text())
+    from waldio.bench import speedtest1_report as SR
+    assert SR.validate(doc) == []
+    assert len(doc["runs"]) == 2 * 6 and all(r["ok"] for r in doc["runs"])
+    hashes = {r["hash"] for r in doc["runs"]}
+    assert len(hashes) == 1
+    for r in doc["runs"]:
+        rep = r["report"]
+        assert rep["journal_mode"] == "wal"
+        assert rep["synchronous"] == {"FULL": "2", "NORMAL": "1", "OFF": "0"}[r["synchronous"]]
+        if r["side"] == "waldio":
+            assert rep["vfs"] == "waldio/unix" and rep["waldio"]["sync"] == r["synchronous"].lower()
+            assert rep["waldio_stats"]["frames_written"] > 0
+        else:
+            assert rep["vfs"] == "unix" and rep["waldio"] is None
+    (res,) = doc["results"]
+    assert [c["mode"] for c in res["comparisons"]] == ["waldio-full", "waldio-normal",
+                                                       "waldio-off"]
+    assert all(c["hash_identical"] for c in res["comparisons"])
+    ids = [t["id"] for t in res["tests"]]
+    assert ids[0] == 100 and 990 in ids
+    assert "TOTAL" in out and "synchronous NORMAL" in out
+    # the order inside a pair alternates from round to round
+    firsts = [r["mode"] for r in doc["runs"] if r["synchronous"] == "FULL"]
+    assert firsts == ["wal-full", "waldio-full", "waldio-full", "wal-full"]
+    status, out2, _ = run_cli(["report", out_json, "--plain"], capsys)
+    assert status == 0 and "speedtest1 --size 1 --journal wal, synchronous OFF" in out2

@@ -127,6 +127,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                     help="each thread has its own database, as Mobibench -t does")
     g.add_argument("--think-ms", type=float_at_least_zero, metavar="MS",
                    help="sleep between transactions (inside the wall time, outside latencies)")
+    g.add_argument("--reader-scans", type=int_at_least(0), metavar="N",
+                   help="after the timed region, while the writer's connections stay open, "
+                        "another process opens the database in the same mode and scans every "
+                        "table N times; ms per scan are reported (default 0: no reader)")
 
     g = p.add_argument_group("speedtest1 (--workload speedtest1: SQLite's own benchmark, stock and "
                              "waldio side by side)")

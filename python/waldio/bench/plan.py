@@ -12,7 +12,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Dict, List, Tuple
 
-from .settings import OPERATIONS, BenchError, Settings
+from .settings import OPERATIONS, STATEMENT_WORKLOADS, BenchError, Settings
 
 _PATTERN = ("aaaaaaaaaabbbbbbbbbbccccccccccddddddddddeeeeeeeeee"
             "ffffffffffgggggggggghhhhhhhhhhiiiiiiiiiijjjjjjjjjj")
@@ -68,6 +68,7 @@ class Plan:
     expected_select_rows: int
     final_ids: List[int]                         # this thread's share of the final rows
     final_updated: int                           # of those, rows whose last write was an update
+    indexes_created: int = 0                     # create-index: indexes this thread creates
 
     @property
     def statements(self) -> int:
@@ -107,13 +108,26 @@ def build_plan(s: Settings, thread: int) -> Plan:
     fresh_i = 0
     mix_ops = [o for o in OPERATIONS if s.mix.get(o, 0) > 0]
     mix_w = [s.mix[o] for o in mix_ops]
-    ops = {o: 0 for o in OPERATIONS}
+    ops = {o: 0 for o in OPERATIONS + STATEMENT_WORKLOADS}
+    n_index = 0
     changes = select_rows = 0
     updated: set = set()
     txns: List[Tuple[int, Tuple[Stmt, ...]]] = []
     for phase_i, phase in enumerate(s.phases):
         for _ in range(_split(s.transactions, T, thread)):
             stmts: List[Stmt] = []
+            if phase == "vacuum":          # one per transaction, outside BEGIN (see runner)
+                ops[phase] += 1
+                txns.append((phase_i, (("VACUUM", (), False),)))
+                continue
+            if phase == "create-index":    # a new index over every row, per operation
+                for _ in range(s.ops_per_txn):
+                    ops[phase] += 1
+                    stmts += [(f"CREATE INDEX {t}_bench_idx{thread}_{n_index} ON {t}(Value)",
+                               (), False) for t in tables]
+                    n_index += 1
+                txns.append((phase_i, tuple(stmts)))
+                continue
             for _ in range(s.ops_per_txn):
                 op = phase if phase != "mixed" else rng.choices(mix_ops, mix_w)[0]
                 if op != "insert" and not keys.ids:
@@ -150,4 +164,5 @@ def build_plan(s: Settings, thread: int) -> Plan:
             txns.append((phase_i, tuple(stmts)))
     return Plan(thread=thread, db_index=0 if s.shared_db else thread, txns=txns, ops=ops,
                 expected_changes=changes, expected_select_rows=select_rows,
-                final_ids=list(keys.ids), final_updated=len(updated))
+                final_ids=list(keys.ids), final_updated=len(updated),
+                indexes_created=n_index * len(tables))

@@ -218,7 +218,8 @@ def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]],
     if ceil:
         cols.append(f"of {ceil}")
     cols += ["p50 ms", "p99 ms", "max ms", f"{devname} KB/txn", "in timed",
-             "flush/txn", "proc KB/txn", "log syncs/txn", "check"]
+             "flush/txn", "proc KB/txn", "write() KB/txn", "log KB/txn", "log syncs/txn",
+             "check"]
     rows = []
     for m in doc["modes"]:
         s = m["summary"] or {}
@@ -244,7 +245,8 @@ def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]],
         row += [_ms(lat.get("p50_ns")), _ms(lat.get("p99_ns")), _ms(lat.get("max_ns")),
                 kb("device_write_bytes"), kb("device_write_bytes_timed"),
                 "-" if fl is None else f"{fl:.2f}",
-                kb("process_write_bytes"),
+                kb("process_write_bytes"), kb("process_wchar"),
+                "n/a" if m["kind"] != "waldio" else kb("log_bytes_written"),
                 "n/a" if m["kind"] != "waldio" else ("-" if ls is None else f"{ls:.2f}"),
                 check]
         rows.append(row)
@@ -291,6 +293,10 @@ def result_notes(doc: Dict[str, Any]) -> List[str]:
                  "(the whole folio, which can be far larger than the write on kernels with "
                  "large folios) or when direct I/O is issued; an upper-bound estimate, the "
                  "device column is what reached the disk.")
+    notes.append("write() KB/txn: /proc/self/io wchar in the total window: bytes this process "
+                 "passed to write system calls (buffered and direct alike, before any page-cache "
+                 "effect). log KB/txn: waldio modes only, PRAGMA waldio_stats bytes_written "
+                 "(bytes libwaldio wrote into its log, timed region).")
     notes.append("log syncs/txn: waldio modes only (PRAGMA waldio_stats: log fdatasyncs + "
                  "O_DSYNC writes, timed region); stock modes issue syncs SQLite does not count "
                  "(n/a): compare flush/txn.")
@@ -313,6 +319,12 @@ def print_results(out: Printer, doc: Dict[str, Any], notes: bool = True) -> None
     ph = phase_table(doc)
     if ph:
         out.table(*ph)
+    rd = reader_table(doc)
+    if rd:
+        out.table(*rd)
+    ws = waldio_stats_table(doc)
+    if ws:
+        out.table(*ws)
     if notes:
         for n in nts:
             out.line(f"- {n}")
@@ -334,6 +346,67 @@ def phase_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List
         rows.append(cells)
     return ("per phase: median (min-max) ops/s; each phase's wall time runs from its first "
             "transaction's start to its last one's end", cols, rows)
+
+
+STATS_PER_TXN = ("log_writes", "buffered_writes", "frames_written", "page_overwrites",
+                 "header_rewrites", "bytes_written", "flushes", "disk_reads", "cache_misses",
+                 "prealloc_extends")
+
+
+def waldio_stats_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List[str]]]]:
+    """PRAGMA waldio_stats per transaction (median over repetitions), waldio modes only."""
+    rows = []
+    for m in doc["modes"]:
+        st = (m.get("summary") or {}).get("waldio_stats_per_txn")
+        if not st:
+            continue
+        cells = [m["label"]]
+        for k in STATS_PER_TXN:
+            v = st.get(k)
+            if v is None:
+                cells.append("-")
+            elif k.startswith("bytes"):
+                cells.append(f"{v / 1024:,.1f}K")
+            else:
+                cells.append(f"{v:,.2f}" if v < 100 else f"{v:,.0f}")
+        rows.append(cells)
+    if not rows:
+        return None
+    return ("PRAGMA waldio_stats per transaction, timed region (median over repetitions): "
+            "direct log writes, buffered (page-cache) writes, frames, page overwrites and "
+            "checksum rewrites of uncommitted frames, bytes, fdatasyncs, reads from the device, "
+            "slot-cache misses, preallocation extensions", ["mode"] + list(STATS_PER_TXN), rows)
+
+
+def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List[str]]]]:
+    bench = doc["params"]["bench"]
+    if not bench.get("reader_scans"):
+        return None
+    base = doc["ratios"]["baseline"]
+    rr = doc["ratios"].get("reader_time") or {}
+    cols = ["mode", "ms/scan", "min-max", f"time x {base}", "first scan ms",
+            "device reads/scan", "KB read/scan", "slot-cache hits/scan"]
+    rows = []
+    for m in doc["modes"]:
+        r = (m.get("summary") or {}).get("reader")
+        if not r:
+            continue
+        sc, first = r.get("scan_ms"), r.get("first_scan_ms")
+        st = r.get("waldio_stats_per_scan") or {}
+        ratio = rr.get(m["label"]) or {}
+        rows.append([m["label"] + (" *" if m["label"] == base else ""),
+                     "-" if not sc else f"{sc['median']:.1f}",
+                     "-" if not sc else f"{sc['min']:.1f}-{sc['max']:.1f}",
+                     _ratio(ratio), "-" if not first else f"{first['median']:.1f}",
+                     "n/a" if m["kind"] != "waldio" else _num(st.get("disk_reads"), 1),
+                     "n/a" if m["kind"] != "waldio" else _num(
+                         None if st.get("bytes_read") is None else st["bytes_read"] / 1024, 1),
+                     "n/a" if m["kind"] != "waldio" else _num(st.get("cache_hits"), 1)])
+    return (f"reader in another process, after the timed region with the writer's connections "
+            f"open: {bench['reader_scans']} full scans of every table per repetition; ms/scan = "
+            f"median scan of a repetition, median (min-max) over repetitions; time x {base}: "
+            f"paired by round (lower is faster); device reads from PRAGMA waldio_stats of the "
+            f"reader's connection", cols, rows)
 
 
 def print_failures(out: Printer, doc: Dict[str, Any]) -> None:

@@ -206,6 +206,11 @@ class Bench:
             if ceiling["mode"]:
                 ceiling["modes"][spec.label] = pair_ratios(
                     results[spec.label]["repetitions"], results[ceiling["mode"]]["repetitions"])
+        if s.reader_scans:
+            ratios["reader_time"] = {
+                spec.label: reader_ratios(results[spec.label]["repetitions"],
+                                          results[base_label]["repetitions"])
+                for spec in self.modes if spec.mode.is_sql}
         ok = all(r["ok"] for m in results.values() for r in m["repetitions"])
         common = self._common_params(results)
         doc = {
@@ -258,7 +263,8 @@ class Bench:
         d["plan"] = [{"thread": p.thread, "db": p.db_index, "transactions": len(p.txns),
                       "statements": p.statements, "ops": p.ops,
                       "expected_changes": p.expected_changes,
-                      "expected_rows_left_per_table": len(p.final_ids)} for p in self.plans]
+                      "expected_rows_left_per_table": len(p.final_ids),
+                      "indexes_created": p.indexes_created} for p in self.plans]
         return d
 
     def _mode_doc(self, spec: ModeSpec, opener: Optional[Opener]) -> Dict[str, Any]:
@@ -424,6 +430,8 @@ class Bench:
                         "the run's connections were closed inside the timed region"
                         + (" after every transaction (open-close regime)" if per_txn_open else ""))
             log_after = [_file_size(p + "-wal") for p in dbs]
+            if s.reader_scans and conns[0] is not None:
+                rep["reader"] = self._reader(spec, dbs[0])
             for t in range(T):
                 if conns[t] is not None:
                     conns[t].close()
@@ -457,11 +465,40 @@ class Bench:
             if tc_before is not None and tc_after is not None and None not in tc_after:
                 changes = sum(a - b for a, b in zip(tc_after, tc_before))  # per connection
             self._check_sql(spec, opener, dbs, rep, changes, sum(sel_rows), mode_doc, warm)
+            if rep.get("reader"):
+                rep["checks"]["items"].append(rep["reader"]["check"])
+                rep["checks"]["ok"] = rep["checks"]["ok"] and rep["reader"]["check"]["ok"]
+                rep["ok"] = rep["checks"]["ok"]
         finally:
             for c in conns:
                 if c is not None:
                     with contextlib.suppress(Exception):
                         c.close()
+
+    def _reader(self, spec: ModeSpec, db: str) -> Dict[str, Any]:
+        """A second process scans the tables while the writer's connections stay open."""
+        from .reader import spawn
+        s = self.s
+        out = spawn(spec.label, spec.layout or s.layout, spec.sqlite or s.sqlite, s, db,
+                    s.reader_scans, record_value(s.record_size, update=True))
+        scans = out["scan_ns"]
+        ordered = sorted(scans)
+        out["scan_ms_median"] = (ordered[len(ordered) // 2] if len(ordered) % 2 else
+                                 (ordered[len(ordered) // 2 - 1] + ordered[len(ordered) // 2])
+                                 / 2) / 1e6 if scans else None
+        # what every scan must answer: the plan's rows, total length, updated rows
+        rows = self._expected_rows()[0]
+        upd = self._expected_updated()[0]
+        want = [len(rows), len(rows) * len(record_value(s.record_size)),
+                upd if record_value(s.record_size, update=True) != record_value(s.record_size)
+                else len(rows)]
+        bad = [i for i, ans in enumerate(out["answers"]) for a in ans if a != want]
+        out["check"] = {"name": "reader process: every scan returns the plan's rows, total "
+                                "length and rows holding the update value",
+                        "expected": want, "actual": out["answers"][0][0] if out["answers"]
+                        else None, "ok": not bad and bool(out["answers"])}
+        del out["answers"]
+        return out
 
     @staticmethod
     def _total_changes(conn: Any) -> Optional[int]:
@@ -489,7 +526,9 @@ class Bench:
         """The timed loop of one thread: nothing in here but the transactions."""
         s = self.s
         plan = self.plans[t].txns
-        begin = {"begin": "BEGIN", "begin-immediate": "BEGIN IMMEDIATE"}.get(s.txn)
+        begin_txn = {"begin": "BEGIN", "begin-immediate": "BEGIN IMMEDIATE"}.get(s.txn)
+        # VACUUM cannot run inside a transaction: it is its own
+        begin_of = [None if p == "vacuum" else begin_txn for p in s.phases]
         think = s.think_ms / 1000.0
         pc = time.perf_counter_ns
         append = lat.append
@@ -498,6 +537,7 @@ class Bench:
         last = len(plan) - 1
         per_txn_open = conn is None
         for i, (phase, stmts) in enumerate(plan):
+            begin = begin_of[phase]
             t0 = pc()
             c = opener.open(path) if per_txn_open else conn
             try:
@@ -600,6 +640,11 @@ class Bench:
                     if check_updates:
                         nu = c.rows(f"SELECT count(*) FROM {t} WHERE Value = ?", (upd_val,))[0][0]
                         item(f"{tag}{t} rows holding the update value", updated[i], nu)
+                n_idx = sum(p.indexes_created for p in self.plans if p.db_index == i)
+                if "create-index" in self.s.phases:
+                    got = c.rows("SELECT count(*) FROM sqlite_master WHERE type = 'index' AND "
+                                 "name LIKE '%\\_bench\\_idx%' ESCAPE '\\'")[0][0]
+                    item(f"{tag}indexes created", n_idx, got)
                 ic = [r[0] for r in c.rows("PRAGMA integrity_check")]
                 item(f"{tag}PRAGMA integrity_check", ["ok"], ic)
                 settings = read_settings(c, is_waldio)
@@ -808,6 +853,14 @@ class Bench:
             return lambda r: ((r.get("io") or {}).get("process") or {}).get(window, {}).get(
                 "write_bytes")
 
+        def wchar(window: str) -> Callable[[Dict[str, Any]], Optional[float]]:
+            return lambda r: ((r.get("io") or {}).get("process") or {}).get(window, {}).get(
+                "wchar")
+
+        def log_bytes(r: Dict[str, Any]) -> Optional[float]:
+            st = r.get("waldio_stats")
+            return None if not st else st.get("bytes_written")
+
         def syncs(r: Dict[str, Any]) -> Optional[float]:
             st = r.get("waldio_stats")
             if not st:
@@ -834,10 +887,70 @@ class Bench:
                 "process_write_bytes": per_txn(proc("total")),
                 "process_write_bytes_timed": per_txn(proc("timed")),
                 "log_syncs": per_txn(syncs),
+                "process_wchar": per_txn(wchar("total")),
+                "log_bytes_written": per_txn(log_bytes),
             },
+            "waldio_stats_per_txn": _stats_per_txn(reps),
+            "reader": _reader_summary(reps),
             "phases": phases,
             "ok": all(r["ok"] for r in mode["repetitions"]) and bool(mode["repetitions"]),
         }
+
+
+def _stats_per_txn(reps: List[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    """Median over repetitions of each PRAGMA waldio_stats counter per transaction."""
+    rows = [(r["waldio_stats"], r["transactions"]) for r in reps
+            if r.get("waldio_stats") and r["transactions"]]
+    if not rows:
+        return None
+    keys = sorted({k for st, _ in rows for k in st})
+    out = {}
+    for k in keys:
+        sm = summarize([st.get(k, 0) / n for st, n in rows])
+        if sm:
+            out[k] = sm["median"]
+    return out
+
+
+def _reader_summary(reps: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    rd = [r["reader"] for r in reps if r.get("reader")]
+    if not rd:
+        return None
+    return {"scan_ms": summarize([x["scan_ms_median"] for x in rd
+                                  if x.get("scan_ms_median") is not None]),
+            "first_scan_ms": summarize([x["scan_ns"][0] / 1e6 for x in rd if x["scan_ns"]]),
+            "scans_per_repetition": len(rd[0]["scan_ns"]),
+            "waldio_stats_per_scan": _reader_stats(rd)}
+
+
+def _reader_stats(rd: List[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    rows = [(x["waldio_stats"], len(x["scan_ns"])) for x in rd
+            if x.get("waldio_stats") and x["scan_ns"]]
+    if not rows:
+        return None
+    out = {}
+    for k in ("disk_reads", "bytes_read", "cache_hits", "cache_misses"):
+        sm = summarize([st.get(k, 0) / n for st, n in rows])
+        if sm:
+            out[k] = sm["median"]
+    return out
+
+
+def reader_ratios(reps: List[Dict[str, Any]], base_reps: List[Dict[str, Any]]
+                  ) -> Dict[str, Any]:
+    """Scan time of repetition i over the baseline's repetition i (same round)."""
+    base = {r["index"]: r for r in base_reps if not r["warmup"] and r["ok"] and r.get("reader")}
+    per = []
+    for r in reps:
+        b = base.get(r["index"])
+        if r["warmup"] or not r["ok"] or not r.get("reader") or b is None:
+            continue
+        x, y = r["reader"].get("scan_ms_median"), b["reader"].get("scan_ms_median")
+        if x is not None and y:
+            per.append({"index": r["index"], "ratio": x / y})
+    sm = summarize([p["ratio"] for p in per])
+    return {"per_rep": per, "median": sm["median"] if sm else None,
+            "min": sm["min"] if sm else None, "max": sm["max"] if sm else None}
 
 
 def _file_size(path: str) -> int:

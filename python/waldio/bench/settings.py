@@ -29,7 +29,15 @@ KEY_ORDERS = ("seq", "random")
 OPERATIONS = ("insert", "update", "delete", "select")
 
 
-WORKLOADS = OPERATIONS + ("mixed",)
+# Whole-database statements, one per transaction (large transactions, issue 10):
+# VACUUM rewrites every page; create-index builds one new index per transaction.
+STATEMENT_WORKLOADS = ("vacuum", "create-index")
+
+
+WORKLOADS = OPERATIONS + ("mixed",) + STATEMENT_WORKLOADS
+
+
+DEFAULT_STATEMENT_ROWS = 100_000   # pre-population of vacuum / create-index by default
 
 
 TXN_STYLES = ("auto", "autocommit", "begin", "begin-immediate")
@@ -99,6 +107,7 @@ class Settings:
     ceiling: str = "raw-dio"
     max_latency_samples: int = 100_000
     busy_timeout_ms: int = 10_000
+    reader_scans: int = 0               # after the timed region: scans by another process
     notes: List[str] = field(default_factory=list)
 
     def table_names(self) -> List[str]:
@@ -227,7 +236,12 @@ def resolve_settings(preset: Optional[str], overrides: Dict[str, Any]) -> Settin
             raise ValueError(f"unknown setting {k!r}")
         setattr(s, k, v)
     if "prepopulate" not in given and (preset is None or "prepopulate" not in PRESETS[preset].values):
-        if _needs_rows(s.phases, s.mix):
+        if any(p in STATEMENT_WORKLOADS for p in s.phases):
+            s.prepopulate = DEFAULT_STATEMENT_ROWS
+            s.notes.append(f"pre-populated {s.prepopulate} rows per table (the default of the "
+                           f"{', '.join(p for p in s.phases if p in STATEMENT_WORKLOADS)} "
+                           f"workload)")
+        elif _needs_rows(s.phases, s.mix):
             per = s.transactions * s.ops_per_txn
             s.prepopulate = max(s.transactions, 296) if preset == "mobibench" else per
             s.notes.append(f"pre-populated {s.prepopulate} rows per table "
@@ -243,6 +257,9 @@ def _validate(s: Settings, given: Dict[str, Any]) -> None:
         raise ValueError(f"{option}: {msg}")
 
     for p in s.phases:
+        if p == "speedtest1":
+            bad("--workload", "speedtest1 is SQLite's own benchmark program: it runs as "
+                              "`waldio bench --workload speedtest1` alone")
         if p not in WORKLOADS:
             bad("--workload", f"unknown workload {p!r} (accepted: {', '.join(WORKLOADS)}, "
                               "or a comma list of them run as phases)")
@@ -261,7 +278,8 @@ def _validate(s: Settings, given: Dict[str, Any]) -> None:
                             ("--tables", s.tables, 1), ("--threads", s.threads, 1),
                             ("--repetitions", s.repetitions, 1), ("--warmup", s.warmup, 0),
                             ("--stock-reserve", s.stock_reserve, 0),
-                            ("--max-latency-samples", s.max_latency_samples, 1)):
+                            ("--max-latency-samples", s.max_latency_samples, 1),
+                            ("--reader-scans", s.reader_scans, 0)):
         if not isinstance(value, int) or value < lo:
             bad(name, f"must be an integer >= {lo}, got {value!r}")
     if s.tables > 100:
@@ -310,6 +328,19 @@ def _validate(s: Settings, given: Dict[str, Any]) -> None:
         if not 4096 <= gb <= 16 << 20:
             bad("--group-bytes", f"expected 4K..16M (bytes, optional K/M suffix), got "
                                  f"{s.group_bytes!r}")
+    if "vacuum" in s.phases:
+        if s.ops_per_txn != 1:
+            bad("--ops-per-txn", "the vacuum workload runs one VACUUM per transaction (VACUUM "
+                                 "cannot run inside BEGIN ... COMMIT)")
+        if s.threads > 1:
+            bad("--threads", "the vacuum workload runs in one thread")
+    if s.reader_scans:
+        if s.regime == "open-close":
+            bad("--reader-scans", "the reader runs while the writer's connection stays open; "
+                                  "the open-close regime closes it after every transaction")
+        if "close" in s.timed:
+            bad("--reader-scans", "the reader runs while the writer's connection stays open, "
+                                  "after the timed region: do not time 'close'")
     statements = s.ops_per_txn * s.tables
     if s.txn == "auto":
         s.txn = "autocommit" if statements == 1 else "begin"
