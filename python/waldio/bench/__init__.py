@@ -41,10 +41,13 @@ engine:        :mod:`.modes` (what can run), :mod:`.settings` (options, presets)
                :mod:`.sqlite_env` (SQLite builds, opening and configuring
                connections), :mod:`.target` (where it runs), :mod:`.iostat`
                (device and process counters), :mod:`.stats`,
-               :mod:`.provenance`, :mod:`.runner` (:class:`Bench`)
+               :mod:`.provenance`, :mod:`.runner` (:class:`Bench`),
+               :mod:`.reader` (``--reader-scans``: the scanning process),
+               :mod:`.speedtest1` (``--workload speedtest1``: SQLite's own
+               benchmark, built by bench/speedtest1/build.sh, stock and waldio)
 presentation:  :mod:`.options` (command-line values, shared with ``waldio
                trace``), :mod:`.cli` (``waldio bench`` / ``waldio report``),
-               :mod:`.report` (tables), :mod:`.plots`
+               :mod:`.report` (tables), :mod:`.speedtest1_report`, :mod:`.plots`
 """
 from __future__ import annotations
 
