@@ -166,11 +166,23 @@ def check_stress_db(conn: drivers.Connection, committed: Dict[int, int]) -> None
     assert conn.execute("SELECT sum(n) FROM tally")[0][0] == sum(committed.values())
 
 
-def detach(driver: Any, db: Path, vfs: str) -> None:
-    """Leave WAL mode through the VFS that wrote the database."""
+def db_files(db: Path) -> List[str]:
+    return sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name))
+
+
+def detach(driver: Any, db: Path, vfs: str, before: str = "SELECT count(*) FROM sqlite_master"
+           ) -> None:
+    """Leave WAL mode through the VFS that wrote the database: the log is
+    checkpointed and deleted, the header says rollback mode (1, 1). before:
+    the statement the connection runs first ("" for none); the default loads
+    the schema, which keeps this clear of STRESS_FINDINGS.md F4."""
     conn = connect(driver, db, vfs)
+    if before:
+        conn.execute(before)
     assert conn.execute("PRAGMA journal_mode=DELETE") == [("delete",)]
     conn.close()
+    assert db_files(db) == [db.name]
+    assert tuple(db.read_bytes()[18:20]) == (1, 1)
 
 
 def stress(sqlite: Any, dbdir: Path, vfs: str) -> Run:
@@ -248,3 +260,31 @@ def test_failed_switch_keeps_the_log(sqlite: Any, dbdir: Path) -> None:
     assert conn.execute("PRAGMA journal_mode") == [("wal",)]
     assert conn.execute("SELECT count(*) FROM t") == [(1,)]
     conn.close()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "issue 9 item 7 (journal-mode switches): PRAGMA journal_mode=DELETE "
+    "prepared before the connection has loaded the schema leaves the log "
+    "behind, so stock SQLite reopens the database in WAL mode "
+    "(STRESS_FINDINGS.md F4)"))
+@pytest.mark.parametrize("before", ["", "PRAGMA schema_version"],
+                         ids=["first-statement", "after-schema_version"])
+def test_switch_before_the_schema_is_loaded_detaches(sqlite: Any, dbdir: Path,
+                                                     before: str) -> None:
+    """SQLite sends PRAGMA journal_mode to the VFS while preparing it, before
+    it reads the schema (and opens the log) for a connection that has not
+    yet: as a fresh connection's first statement, or after PRAGMA
+    schema_version, which is what waldio.connect() runs and so `waldio
+    detach` does. The switch must still delete the log."""
+    db = dbdir / "first.db"
+    conn = sqlite.waldio(db)
+    assert conn.execute("PRAGMA journal_mode=WAL") == [("wal",)]
+    conn.execute("CREATE TABLE t(x)")
+    conn.execute("INSERT INTO t VALUES(1)")
+    conn.close()
+    assert (dbdir / "first.db-wal").exists()
+    detach(sqlite.driver, db, "waldio", before=before)
+    stock = sqlite.stock(db)
+    assert stock.execute("SELECT count(*) FROM t") == [(1,)]
+    assert stock.execute("PRAGMA journal_mode") == [("delete",)]
+    stock.close()
