@@ -14,8 +14,8 @@
 **                           application leaves WAL mode, so that
 **                           journal_mode=DELETE detaches the database (a
 **                           refused switch -- the exclusive lock it needs
-**                           was not granted, or a WAL read transaction
-**                           follows -- keeps the log).
+**                           was not granted, or the connection goes on
+**                           writing the WAL -- keeps the log).
 **   SQLITE_FCNTL_PRAGMA     waldio's PRAGMAs (pragmas.c), and notes
 **                           PRAGMA synchronous / journal_mode as set.
 **   xShm*                   waldio's wal-index is not "<db>-shm" but
@@ -344,8 +344,6 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   sqlite3_file *h = shm_host(p, &rc);
   if( !h ) return rc;
   rc = h->pMethods->xShmLock(h, ofst, n, flags);
-  /* A read transaction in WAL mode: no switch out of WAL mode happened. */
-  if( rc==SQLITE_OK && (flags & SQLITE_SHM_SHARED) ) p->leavingWal = 0;
   if( rc==SQLITE_OK && ofst<=WAL_WRITE_LOCK_SLOT
    && WAL_WRITE_LOCK_SLOT<ofst+n ){
     if( flags & SQLITE_SHM_UNLOCK ){
