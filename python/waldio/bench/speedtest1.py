@@ -544,6 +544,19 @@ class Speedtest1:
                  modes: Dict[str, Any], names: Dict[int, str], order: List[int]
                  ) -> Dict[str, Any]:
         mine, theirs = modes[mode], modes[base]
+        by_round = {(r["round"], r["mode"]): r for r in measured if r["ok"]}
+        rounds = sorted({rnd for (rnd, m) in by_round if m == mode and (rnd, base) in by_round})
+
+        def slower(tid: int) -> Dict[str, int]:
+            """In how many rounds waldio took longer than stock (paired by round)."""
+            n = k = 0
+            for rnd in rounds:
+                a = {t["id"]: t["ms"] for t in by_round[(rnd, base)]["tests"]}.get(tid)
+                b = {t["id"]: t["ms"] for t in by_round[(rnd, mode)]["tests"]}.get(tid)
+                if a is not None and b is not None:
+                    n += 1
+                    k += b > a
+            return {"rounds": n, "waldio_slower": k}
         rows = []
         over = []
         for tid in order:
@@ -554,11 +567,11 @@ class Speedtest1:
             flagged = counted and ratio is not None and ratio > GOAL_TEST_RATIO
             rows.append({"id": tid, "name": names[tid],
                          "stock_ms": a, "waldio_ms": b, "ratio": ratio,
+                         "slower": slower(tid),
                          "counted_in_goal": counted, "over_goal": flagged})
             if flagged:
                 over.append(tid)
         paired = []
-        by_round = {(r["round"], r["mode"]): r for r in measured if r["ok"]}
         for (rnd, m), r in sorted(by_round.items()):
             if m != mode:
                 continue

@@ -77,18 +77,23 @@ def test_table(doc: Dict[str, Any], res: Dict[str, Any], comp: Dict[str, Any]) -
     sp = doc["params"]["speedtest1"]
     sync = sp["modes_table"][comp["mode"]]["synchronous"]
     cols = ["test", "name", f"{comp['baseline']} ms", "min-max", f"{comp['mode']} ms",
-            "min-max", "ratio", ""]
+            "min-max", "ratio", "slower in", ""]
     rows = []
     for t in comp["tests"]:
         flag = "OVER" if t["over_goal"] else ("" if t["counted_in_goal"] else "(<20 ms)")
+        sl = t.get("slower") or {}
         rows.append([str(t["id"]), t["name"][:48], _ms(t["stock_ms"]), _spread(t["stock_ms"]),
-                     _ms(t["waldio_ms"]), _spread(t["waldio_ms"]), _ratio(t["ratio"]), flag])
+                     _ms(t["waldio_ms"]), _spread(t["waldio_ms"]), _ratio(t["ratio"]),
+                     f"{sl.get('waldio_slower', '-')}/{sl.get('rounds', '-')}", flag])
     tot = comp["total"]
+    per = tot["paired"]["per_round"]
     rows.append(["", "TOTAL", _ms(tot["stock_ms"]), _spread(tot["stock_ms"]),
                  _ms(tot["waldio_ms"]), _spread(tot["waldio_ms"]), _ratio(tot["ratio"]),
+                 f"{sum(p['ratio'] > 1 for p in per)}/{len(per)}",
                  "met" if comp["goal"]["total_ok"] else "OVER"])
     title = (f"speedtest1 --size {res['size']} --journal wal, synchronous {sync}: per test, "
-             f"median (min-max) of {sp['repetitions']} runs")
+             f"median (min-max) of {sp['repetitions']} runs; slower in: rounds in which "
+             f"waldio took longer than stock in the same round")
     return title, cols, rows
 
 
