@@ -53,7 +53,7 @@ EXPECTED_DIFFERENCES: Dict[str, Tuple[str, str]] = {
     "__main__.APSW.testVFS": (
         r"line 9233, in testVFS.*TypeError not raised by vfstestdb",
         PSOW_REASON),
-    # Fails earlier while KNOWN_BUGS lists it; this is what remains after.
+    # testVFS again, with every connection in WAL mode.
     "__main__.APSW.testVFSWithWAL": (
         r"line 9233, in testVFS.*TypeError not raised by vfstestdb",
         PSOW_REASON),
