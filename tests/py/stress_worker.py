@@ -19,12 +19,16 @@ rows' count per writer by a trigger):
   short-reader open, one consistent snapshot, close; never less than before
   opener       open, read sqlite_master, close
   switcher     open, PRAGMA journal_mode=DELETE, PRAGMA journal_mode=WAL, close
+  stock-seed   (not timed) stock SQLite leaves a standard WAL with frames:
+               opts["schema"], tally rows for writer 0 and opts["writers"],
+               opts["rows"] rows of writer 0; dies without closing
   walthread    the shape of SQLite's walthread-2 (opts["mode"] WAL or DELETE):
                open, read sqlite_master, PRAGMA journal_mode=<mode>, BEGIN,
                INSERT INTO t1, COMMIT, integrity_check, close; "switches"
                counts the pragmas that changed the mode
 
-opts: id (int), vfs ("waldio" or "unix"), go (path), busy_ms, seed, mode,
+opts: id (int), vfs ("waldio" or "unix"), go (path; without it the role
+starts at once and has no deadline), busy_ms, seed, mode,
 pause_ms (walthread: the longest pause between two connections).
 """
 from __future__ import annotations
@@ -281,6 +285,24 @@ def role_walthread(w: Worker) -> None:
         time.sleep(w.rng.random() * w.opts.get("pause_ms", 10) / 1000)
 
 
+def role_stock_seed(w: Worker) -> None:
+    """Leave a standard WAL holding frames: stock SQLite (vfs "unix") runs
+    opts["schema"] in WAL mode, commits opts["rows"] rows for writer 0 (its
+    tally included) one by one, and the process dies without closing."""
+    conn = w.open()
+    w.run(conn, "PRAGMA journal_mode=WAL")
+    w.run(conn, "PRAGMA wal_autocheckpoint=0")
+    conn.executescript(w.opts["schema"])
+    for writer in [0] + list(w.opts["writers"]):
+        w.run(conn, "INSERT INTO tally VALUES(?, 0)", (writer,))
+    for seq in range(1, int(w.opts["rows"]) + 1):
+        insert_row(w, conn, seq)
+        w.fig.commits += 1
+        w.fig.rows += 1
+    print(json.dumps(asdict(w.fig)), flush=True)
+    os._exit(0)
+
+
 ROLES: Dict[str, Callable[[Worker], None]] = {
     "autocommit": role_autocommit,
     "immediate": role_immediate,
@@ -289,6 +311,7 @@ ROLES: Dict[str, Callable[[Worker], None]] = {
     "opener": role_opener,
     "switcher": role_switcher,
     "walthread": role_walthread,
+    "stock-seed": role_stock_seed,
 }
 
 
@@ -311,7 +334,7 @@ def main() -> None:
     fig = Figures(role, int(opts["id"]))
     w = Worker(driver, db, opts, fig)
     print("ready", flush=True)
-    w.deadline = wait_for_go(Path(opts["go"]))
+    w.deadline = wait_for_go(Path(opts["go"])) if "go" in opts else float("inf")
     try:
         ROLES[role](w)
     except RoleError:

@@ -9,6 +9,9 @@ duplicates), the tally the trigger keeps agrees, no reader ever saw an
 inconsistent snapshot or one older than its previous, integrity_check is ok;
 then the database is detached from waldio (PRAGMA journal_mode=DELETE through
 waldio) and stock SQLite (vfs "unix") must read the same counts.
+test_many_processes_from_a_stock_wal: the same, starting from a standard WAL
+that a killed stock process left with 200 uncheckpointed commits, so that
+the processes' concurrent first opens must convert and recover it.
 
 test_walthread2_shape: the four-process shape of SQLite's walthread-2: two
 processes loop on open, read sqlite_master, PRAGMA journal_mode=WAL, BEGIN,
@@ -22,7 +25,7 @@ Two small deterministic tests pin journal-mode switch bugs the runs found
 (STRESS_FINDINGS.md): a refused switch must keep the log; a switch prepared
 before the schema is loaded must still delete it.
 
-Scale: WALDIO_STRESS_SECONDS (default 6) per run, WALDIO_STRESS_SCALE
+Scale: WALDIO_STRESS_SECONDS (default 5) per run, WALDIO_STRESS_SCALE
 (default 1) multiplies the number of processes of every role. Figures are
 printed (pytest -s, or -rP) so that they can be quoted.
 """
@@ -43,7 +46,7 @@ import waldio
 from waldio import drivers
 
 WORKER = str(Path(__file__).resolve().parent / "stress_worker.py")
-SECONDS = float(os.environ.get("WALDIO_STRESS_SECONDS", "6"))
+SECONDS = float(os.environ.get("WALDIO_STRESS_SECONDS", "5"))
 SCALE = int(os.environ.get("WALDIO_STRESS_SCALE", "1"))
 BUSY_MS = 60000
 GRACE = 300                     # seconds a worker may take past the deadline
@@ -185,24 +188,51 @@ def detach(driver: Any, db: Path, vfs: str, before: str = "SELECT count(*) FROM 
         conn.execute(before)
     assert conn.execute("PRAGMA journal_mode=DELETE") == [("delete",)]
     conn.close()
-    assert db_files(db) == [db.name]
+    left = db_files(db)
+    assert db.name + "-wal" not in left and db.name + "-wal-shm" not in left
     assert tuple(db.read_bytes()[18:20]) == (1, 1)
 
 
-def stress(sqlite: Any, dbdir: Path, vfs: str) -> Run:
+SEED_ROWS = 200
+WAL_MAGIC = (0x377f0682, 0x377f0683)
+
+
+def seed_stock_wal(driver_name: str, db: Path, ids: List[int]) -> int:
+    """A stock process leaves a standard WAL holding SEED_ROWS commits of
+    writer 0 (never checkpointed: it dies without closing). Returns them."""
+    opts = {"id": 0, "vfs": "unix", "rows": SEED_ROWS, "schema": SCHEMA, "writers": ids}
+    proc = subprocess.run([sys.executable, WORKER, driver_name, "stock-seed", str(db),
+                           json.dumps(opts)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    figures = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not figures["errors"], figures["errors"]
+    wal = (db.parent / (db.name + "-wal")).read_bytes()
+    assert int.from_bytes(wal[:4], "big") in WAL_MAGIC and len(wal) > 32
+    return int(figures["rows"])
+
+
+def stress(sqlite: Any, dbdir: Path, vfs: str, start: str = "clean") -> Run:
+    """start: "clean" (created and closed through vfs) or "stock-wal" (a
+    standard WAL with uncheckpointed frames, which the first opens convert)."""
     db = dbdir / "stress.db"
     plan = stress_plan(vfs)
-    create_stress_db(sqlite.driver, db, vfs, [o["id"] for _, o in plan])
+    ids = [o["id"] for _, o in plan]
+    seeded = {}
+    if start == "stock-wal":
+        seeded = {0: seed_stock_wal(sqlite.name, db, ids)}
+    else:
+        create_stress_db(sqlite.driver, db, vfs, ids)
     run = run_workers(sqlite.name, db, plan)
-    print("\n" + run.summary("stress %s %s" % (sqlite.name, vfs)))
+    print("\n" + run.summary("stress %s %s, start %s" % (sqlite.name, vfs, start)))
     assert not run.errors(), "\n".join(run.errors())
     assert run.total("commits", WRITERS) > 0 and run.total("reads") > 0
+    committed = {**run.committed(), **seeded}
     conn = connect(sqlite.driver, db, vfs)
-    check_stress_db(conn, run.committed())
+    check_stress_db(conn, committed)
     conn.close()
     detach(sqlite.driver, db, vfs)
     stock = sqlite.stock(db)
-    check_stress_db(stock, run.committed())
+    check_stress_db(stock, committed)
     assert stock.execute("PRAGMA journal_mode") == [("delete",)]
     stock.close()
     return run
@@ -210,6 +240,12 @@ def stress(sqlite: Any, dbdir: Path, vfs: str) -> Run:
 
 def test_many_processes(sqlite: Any, dbdir: Path) -> None:
     stress(sqlite, dbdir, "waldio")
+
+
+def test_many_processes_from_a_stock_wal(sqlite: Any, dbdir: Path) -> None:
+    """All processes' first opens meet a standard WAL with frames (issue 9
+    items 2 and 3: concurrent first opens, conversion)."""
+    stress(sqlite, dbdir, "waldio", start="stock-wal")
 
 
 def test_many_processes_stock_control(apsw_sqlite: Any, dbdir: Path) -> None:
