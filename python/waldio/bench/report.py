@@ -214,7 +214,10 @@ def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]],
     ceil = doc.get("ceiling", {}).get("mode")
     dev = primary_device(doc)
     devname = dev["name"] if dev else "device"
+    same = doc["ratios"].get("same_sync") or {}
     cols = ["mode", "ops/s", "min-max", "CoV", f"x {base}"]
+    if same:
+        cols.append("x same-sync stock")
     if ceil:
         cols.append(f"of {ceil}")
     cols += ["p50 ms", "p99 ms", "max ms", f"{devname} KB/txn", "in timed",
@@ -234,6 +237,8 @@ def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]],
                f"{_ops(ops['min'])}-{_ops(ops['max'])}" if ops else "-",
                f"{100 * ops['cov']:.1f}%" if ops and ops.get("cov") is not None else "-",
                _ratio(doc["ratios"]["modes"].get(m["label"]))]
+        if same:
+            row.append(_ratio(same.get(m["label"])))
         if ceil:
             row.append(_ratio(doc["ceiling"]["modes"].get(m["label"]), percent=True))
 
@@ -271,6 +276,9 @@ def result_notes(doc: Dict[str, Any]) -> List[str]:
         f"modes interleaved round by round; min-max and CoV (stdev/mean) over repetitions.",
         f"x {doc['ratios']['baseline']} (baseline, marked *): ratio of ops/s in the same round, "
         f"median (min-max) over rounds."
+        + (" x same-sync stock: the same, for each waldio mode against stock WAL with its "
+           "synchronous setting (waldio-full: wal-full, waldio-normal: wal-normal, "
+           "waldio-off: wal-off)." if doc["ratios"].get("same_sync") else "")
         + (f" 'of {doc['ceiling']['mode']}': the same against the raw system-call ceiling."
            if doc.get("ceiling", {}).get("mode") else ""),
         "p50/p99/max ms: per-transaction latency (perf_counter_ns), pooled over measured "
@@ -384,7 +392,9 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
         return None
     base = doc["ratios"]["baseline"]
     rr = doc["ratios"].get("reader_time") or {}
-    cols = ["mode", "ms/scan", "min-max", f"time x {base}", "first scan ms",
+    rs = doc["ratios"].get("reader_time_same_sync") or {}
+    cols = ["mode", "ms/scan", "min-max", f"time x {base}", "time x same-sync stock",
+            "first scan ms",
             "device reads/scan", "KB read/scan", "slot-cache hits/scan"]
     rows = []
     for m in doc["modes"]:
@@ -397,7 +407,8 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
         rows.append([m["label"] + (" *" if m["label"] == base else ""),
                      "-" if not sc else f"{sc['median']:.1f}",
                      "-" if not sc else f"{sc['min']:.1f}-{sc['max']:.1f}",
-                     _ratio(ratio), "-" if not first else f"{first['median']:.1f}",
+                     _ratio(ratio), _ratio(rs.get(m["label"])),
+                     "-" if not first else f"{first['median']:.1f}",
                      "n/a" if m["kind"] != "waldio" else _num(st.get("disk_reads"), 1),
                      "n/a" if m["kind"] != "waldio" else _num(
                          None if st.get("bytes_read") is None else st["bytes_read"] / 1024, 1),

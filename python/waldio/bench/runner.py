@@ -206,11 +206,21 @@ class Bench:
             if ceiling["mode"]:
                 ceiling["modes"][spec.label] = pair_ratios(
                     results[spec.label]["repetitions"], results[ceiling["mode"]]["repetitions"])
+        # each waldio mode against the stock WAL mode of its synchronous setting (same build)
+        same = {spec.label: counterpart for spec in self.modes
+                if (counterpart := self._same_sync_stock(spec)) is not None}
+        ratios["same_sync"] = {label: dict(pair_ratios(results[label]["repetitions"],
+                                                       results[c]["repetitions"]), stock=c)
+                               for label, c in same.items()}
         if s.reader_scans:
             ratios["reader_time"] = {
                 spec.label: reader_ratios(results[spec.label]["repetitions"],
                                           results[base_label]["repetitions"])
                 for spec in self.modes if spec.mode.is_sql}
+            ratios["reader_time_same_sync"] = {
+                label: dict(reader_ratios(results[label]["repetitions"],
+                                          results[c]["repetitions"]), stock=c)
+                for label, c in same.items()}
         ok = all(r["ok"] for m in results.values() for r in m["repetitions"])
         common = self._common_params(results)
         doc = {
@@ -228,6 +238,18 @@ class Bench:
             "ok": ok,
         }
         return doc
+
+    def _same_sync_stock(self, spec: ModeSpec) -> Optional[str]:
+        """The label of stock WAL with spec's synchronous setting and build, if it runs."""
+        if spec.mode.kind != "waldio":
+            return None
+        want = f"wal-{spec.mode.synchronous.lower()}" + (
+            f"@{spec.sqlite}" if "@" in spec.label else "")
+        for m in self.modes:
+            if m.label == want or (m.name == want.split("@")[0] and m.sqlite == spec.sqlite
+                                   and m.mode.kind == "stock"):
+                return m.label
+        return None
 
     def _bench_params(self) -> Dict[str, Any]:
         s = self.s
