@@ -394,8 +394,8 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
     rr = doc["ratios"].get("reader_time") or {}
     rs = doc["ratios"].get("reader_time_same_sync") or {}
     cols = ["mode", "ms/scan", "min-max", f"time x {base}", "time x same-sync stock",
-            "first scan ms",
-            "device reads/scan", "KB read/scan", "slot-cache hits/scan"]
+            "first scan ms", "mean ms/scan",
+            "log preads/scan", "KB read/scan", "slot-cache hits/scan"]
     rows = []
     for m in doc["modes"]:
         r = (m.get("summary") or {}).get("reader")
@@ -409,6 +409,7 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
                      "-" if not sc else f"{sc['min']:.1f}-{sc['max']:.1f}",
                      _ratio(ratio), _ratio(rs.get(m["label"])),
                      "-" if not first else f"{first['median']:.1f}",
+                     "-" if not r.get("mean_scan_ms") else f"{r['mean_scan_ms']['median']:.1f}",
                      "n/a" if m["kind"] != "waldio" else _num(st.get("disk_reads"), 1),
                      "n/a" if m["kind"] != "waldio" else _num(
                          None if st.get("bytes_read") is None else st["bytes_read"] / 1024, 1),
@@ -416,8 +417,10 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
     return (f"reader in another process, after the timed region with the writer's connections "
             f"open: {bench['reader_scans']} full scans of every table per repetition; ms/scan = "
             f"median scan of a repetition, median (min-max) over repetitions; time x {base}: "
-            f"paired by round (lower is faster); device reads from PRAGMA waldio_stats of the "
-            f"reader's connection", cols, rows)
+            f"paired by round (lower is faster); first scan: the reader's first (its cold "
+            f"start), median over repetitions; mean ms/scan: all scans of a repetition, first "
+            f"included; log preads (disk_reads: reads of the log file, served by the page cache or the device), KB read and slot-cache hits from PRAGMA waldio_stats of the reader's connection",
+            cols, rows)
 
 
 def print_failures(out: Printer, doc: Dict[str, Any]) -> None:

@@ -941,6 +941,8 @@ def _reader_summary(reps: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return {"scan_ms": summarize([x["scan_ms_median"] for x in rd
                                   if x.get("scan_ms_median") is not None]),
             "first_scan_ms": summarize([x["scan_ns"][0] / 1e6 for x in rd if x["scan_ns"]]),
+            "mean_scan_ms": summarize([sum(x["scan_ns"]) / len(x["scan_ns"]) / 1e6 for x in rd
+                                       if x["scan_ns"]]),
             "scans_per_repetition": len(rd[0]["scan_ns"]),
             "waldio_stats_per_scan": _reader_stats(rd)}
 
