@@ -419,7 +419,9 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
             f"median scan of a repetition, median (min-max) over repetitions; time x {base}: "
             f"paired by round (lower is faster); first scan: the reader's first (its cold "
             f"start), median over repetitions; mean ms/scan: all scans of a repetition, first "
-            f"included; log preads (disk_reads: reads of the log file, served by the page cache or the device), KB read and slot-cache hits from PRAGMA waldio_stats of the reader's connection",
+            f"included; log preads (disk_reads: reads of the log file, served by the page "
+            f"cache or the device), KB read and slot-cache hits from PRAGMA waldio_stats of "
+            f"the reader's connection",
             cols, rows)
 
 
