@@ -320,7 +320,8 @@ def run_speedtest1(args: argparse.Namespace) -> int:
     if args.sqlite != "apsw":
         given.append("sqlite")
     if given:
-        parser.error(f"--workload speedtest1: {', '.join('--' + g.replace('_', '-') for g in given)} "
+        names = ", ".join("--" + g.replace("_", "-") for g in given)
+        parser.error(f"--workload speedtest1: {names} "
                      f"do not apply (speedtest1 has its own workload; it takes --size, --modes, "
                      f"--repetitions, --warmup, --stock-reserve, --dir/--fs, --json)")
     try:
