@@ -25,8 +25,11 @@
 **      device cache, not the page cache) and close.
 **
 ** Control, from SQL on any connection (registered as an auto-extension):
-**   recorder_start(path)            start writing the event log to path
-**   recorder_stop()                 stop; returns the number of events
+**   recorder_start(path)            create the event log at path and record
+**   recorder_join(path)             record into the log another process
+**                                   started (several processes, one log:
+**                                   "the log" below explains the order)
+**   recorder_stop()                 stop; returns this process's events
 **   recorder_mark(name, value)      a MARK event ("ack", transaction number)
 **   recorder_hook_waldio(vfs)       hook that waldio VFS's system calls
 **   recorder_fault(call, skip, errno [, count, kind, minlen, maxlen, partial])
@@ -45,6 +48,8 @@
 **   recorder_config('no_sync', 1)   waldio's fdatasync/fsync return at once
 **                                   (a checker process whose files are thrown
 **                                   away: faster, and never used to record)
+** A child created by fork() keeps recording into the same log; its first
+** event is FORK (the parent's pid).
 ** With WALDIO_RECORDER_SEED set in the environment, xRandomness is a seeded
 ** PRNG, so WAL salts (and the whole recording of a single-threaded
 ** workload) are reproducible.
@@ -81,10 +86,34 @@ typedef int64_t i64;
 typedef uint64_t u64;
 typedef uint32_t u32;
 
-/* ------------------------------------------------------------ the log */
+/* ------------------------------------------------------------ the log
+**
+** One event log may be shared by several processes (two writers, a writer
+** and a checkpointer, a parent and the children it forks): recorder_start()
+** creates it, recorder_join() opens it in another process, and a forked
+** child inherits the descriptor. The log is opened O_APPEND and every event
+** is ONE writev() (header and payload), with nothing buffered in user space:
+** the kernel appends each call atomically at the end of the file (ext4,
+** xfs and tmpfs hold the inode lock for the whole write and take the end of
+** file under it). So the order of events in the file is a real-time order
+** that every process agrees on, and it is what the crash model relies on:
+**
+**   - a write is logged after its system call returned, and a sync's BEGIN
+**     before its system call is made; so a write that precedes a sync's
+**     BEGIN in the file completed before that sync began, whichever
+**     processes made them (the append of the write's event returned before
+**     the append of the BEGIN took the inode lock);
+**   - an "ack" mark is logged after the commit returned, so a crash point
+**     after it is a moment at which that commit had been acknowledged.
+**
+** Each event carries the pid of the process that logged it (recorder.h);
+** the sequence number counts that process's events only. Nothing is lost
+** when a process dies: what it logged is already in the file.
+*/
 
 static pthread_mutex_t g_mutex = PTHREAD_MUTEX_INITIALIZER;
-static FILE *g_out = 0;
+static int g_out = -1;               /* the event log (O_APPEND), or -1 */
+static int g_broken = 0;             /* a log write failed: stop recording */
 static u64 g_seq = 0;
 static int g_nextFid = 1;
 static i64 g_nextSync = 1;
@@ -104,11 +133,17 @@ static void put32(unsigned char *p, u32 v){
   for(i=0; i<4; i++) p[i] = (unsigned char)(v >> (8*i));
 }
 
-/* Append one event (mutex held). Two payload pieces, either may be empty. */
+/* Append one event (mutex held): one writev, so it lands whole and in
+** order with every other process's events. Two payload pieces, either may
+** be empty. A short write (a full disk) would tear the log: recording stops
+** and the reader ignores the torn tail. */
 static void emit_locked(int type, int cls, int fid, i64 a, i64 b,
                         const void *p1, u32 n1, const void *p2, u32 n2){
   unsigned char h[REC_HDR_BYTES];
-  if( !g_out ) return;
+  struct iovec iov[3];
+  int n = 1;
+  ssize_t want = REC_HDR_BYTES + (ssize_t)n1 + (ssize_t)n2, got;
+  if( g_out<0 || g_broken ) return;
   memset(h, 0, sizeof(h));
   h[0] = (unsigned char)type;
   h[1] = (unsigned char)cls;
@@ -118,22 +153,46 @@ static void emit_locked(int type, int cls, int fid, i64 a, i64 b,
   put64(h+24, now_ns());
   put64(h+32, g_seq++);
   put32(h+40, n1 + n2);
-  fwrite(h, 1, sizeof(h), g_out);
-  if( n1 ) fwrite(p1, 1, n1, g_out);
-  if( n2 ) fwrite(p2, 1, n2, g_out);
+  put32(h+44, (u32)getpid());
+  iov[0].iov_base = h;
+  iov[0].iov_len = sizeof(h);
+  if( n1 ){ iov[n].iov_base = (void*)p1; iov[n].iov_len = n1; n++; }
+  if( n2 ){ iov[n].iov_base = (void*)p2; iov[n].iov_len = n2; n++; }
+  do{
+    got = writev(g_out, iov, n);
+  }while( got<0 && errno==EINTR );
+  if( got!=want ){
+    g_broken = 1;
+    fprintf(stderr, "recorder: writing the event log failed (%s): recording stopped\n",
+            got<0 ? strerror(errno) : "short write");
+  }
 }
 
 static void emit(int type, int cls, int fid, i64 a, i64 b,
                  const void *p1, u32 n1, const void *p2, u32 n2){
+  int e = errno;
   pthread_mutex_lock(&g_mutex);
   emit_locked(type, cls, fid, a, b, p1, n1, p2, n2);
+  pthread_mutex_unlock(&g_mutex);
+  errno = e;
+}
+
+/* fork(): the child inherits the log descriptor (and so appends to the same
+** file) and this process's file ids. Its first event, FORK, names the
+** parent, so the reader resolves the ids the child inherited. No thread
+** may hold the mutex across the fork, or the child would deadlock on it. */
+static void fork_prepare(void){ pthread_mutex_lock(&g_mutex); }
+static void fork_parent(void){ pthread_mutex_unlock(&g_mutex); }
+static void fork_child(void){
+  g_seq = 0;
+  emit_locked(REC_FORK, 0, -1, (i64)getppid(), 0, 0, 0, 0, 0);
   pthread_mutex_unlock(&g_mutex);
 }
 
 static int recording(void){
   int r;
   pthread_mutex_lock(&g_mutex);
-  r = g_out!=0;
+  r = g_out>=0 && !g_broken;
   pthread_mutex_unlock(&g_mutex);
   return r;
 }
@@ -759,21 +818,36 @@ static int hook_waldio(const char *zVfs){
 
 /* ------------------------------------------------------ SQL control */
 
-static void fn_start(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+/* Open the log for appending: created and truncated (recorder_start), or
+** an existing one another process started (recorder_join). */
+static void open_log(sqlite3_context *ctx, sqlite3_value **argv, int create){
   const char *zPath = (const char*)sqlite3_value_text(argv[0]);
-  FILE *f;
-  (void)argc;
-  if( !zPath ){ sqlite3_result_error(ctx, "recorder_start(path)", -1); return; }
-  f = fopen(zPath, "wb");
-  if( !f ){ sqlite3_result_error(ctx, "recorder_start: cannot create the log", -1); return; }
-  setvbuf(f, 0, _IOFBF, 1 << 20);
-  fwrite(REC_MAGIC, 1, REC_MAGIC_BYTES, f);
+  int fd;
+  if( !zPath ){ sqlite3_result_error(ctx, "recorder_start(path) / recorder_join(path)", -1); return; }
+  fd = open(zPath, O_WRONLY|O_APPEND|O_CLOEXEC|(create ? O_CREAT|O_TRUNC : 0), 0644);
+  if( fd<0 ){ sqlite3_result_error(ctx, "recorder: cannot open the event log", -1); return; }
+  if( create && write(fd, REC_MAGIC, REC_MAGIC_BYTES)!=REC_MAGIC_BYTES ){
+    close(fd);
+    sqlite3_result_error(ctx, "recorder: cannot write the event log", -1);
+    return;
+  }
   pthread_mutex_lock(&g_mutex);
-  if( g_out ) fclose(g_out);
-  g_out = f;
+  if( g_out>=0 ) close(g_out);
+  g_out = fd;
+  g_broken = 0;
   g_seq = 0;
   pthread_mutex_unlock(&g_mutex);
   sqlite3_result_text(ctx, "ok", -1, SQLITE_STATIC);
+}
+
+static void fn_start(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  (void)argc;
+  open_log(ctx, argv, 1);
+}
+
+static void fn_join(sqlite3_context *ctx, int argc, sqlite3_value **argv){
+  (void)argc;
+  open_log(ctx, argv, 0);
 }
 
 static void fn_stop(sqlite3_context *ctx, int argc, sqlite3_value **argv){
@@ -781,7 +855,7 @@ static void fn_stop(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   (void)argc; (void)argv;
   pthread_mutex_lock(&g_mutex);
   n = (i64)g_seq;
-  if( g_out ){ fclose(g_out); g_out = 0; }
+  if( g_out>=0 ){ close(g_out); g_out = -1; }
   pthread_mutex_unlock(&g_mutex);
   sqlite3_result_int64(ctx, n);
 }
@@ -878,7 +952,8 @@ static void fn_config(sqlite3_context *ctx, int argc, sqlite3_value **argv){
 static int register_functions(sqlite3 *db, char **pzErr,
                               const sqlite3_api_routines *pApi){
   static const struct { const char *z; int n; void (*x)(sqlite3_context*,int,sqlite3_value**); } a[] = {
-    { "recorder_start", 1, fn_start }, { "recorder_stop", 0, fn_stop },
+    { "recorder_start", 1, fn_start }, { "recorder_join", 1, fn_join },
+    { "recorder_stop", 0, fn_stop },
     { "recorder_mark", 2, fn_mark }, { "recorder_mark", 1, fn_mark },
     { "recorder_hook_waldio", 1, fn_hook }, { "recorder_hook_waldio", 0, fn_hook },
     { "recorder_fault", -1, fn_fault }, { "recorder_fault_clear", 0, fn_fault_clear },
@@ -937,6 +1012,7 @@ int sqlite3_recorder_init(sqlite3 *db, char **pzErrMsg,
       g_lower->xSetSystemCall(g_lower, "openDirectory",
                               (sqlite3_syscall_ptr)hook_openDirectory);
     }
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
     rc = sqlite3_vfs_register(&g_vfs, 1);
     /* Reseed SQLite's PRNG from the (now default) recorder VFS. */
     if( rc==SQLITE_OK && g_seeded ) sqlite3_randomness(0, 0);

@@ -14,13 +14,18 @@
 **   i64 a        offset / size / flags / sync id / mark value / errno
 **   i64 b        length / created / sync kind / result
 **   u64 t_ns     CLOCK_MONOTONIC when the event was recorded (completion)
-**   u64 seq      event number (0, 1, 2, ...)
+**   u64 seq      event number in the logging process (0, 1, 2, ...)
 **   u32 len      payload bytes
-**   u32 pad
+**   u32 pid      the process that logged it
 **
 ** Events are recorded when the call *completes*, in completion order, under
 ** one mutex; a sync is two events (BEGIN when called, END when it returned)
 ** so that a flush covers exactly the writes that completed before it began.
+** Several processes may append to one log (recorder_join, fork): each event
+** is one O_APPEND writev, so the order in the file is the global order.
+** File ids and sync ids are per process: the pair (pid, id) names one. A
+** forked child's first event is FORK; ids it did not assign itself are its
+** parent's (inherited descriptors).
 */
 #ifndef WALDIO_CRASH_RECORDER_H
 #define WALDIO_CRASH_RECORDER_H
@@ -42,7 +47,8 @@ enum {
   REC_DIRSYNC = 10,   /* payload: directory path */
   REC_MARK = 11,      /* a=value; payload: name */
   REC_FAULT = 12,     /* fid, a=errno, b=length; payload: call name */
-  REC_FALLOC = 13     /* fid, a=offset, b=length; cls: 0; payload: u32 mode */
+  REC_FALLOC = 13,    /* fid, a=offset, b=length; cls: 0; payload: u32 mode */
+  REC_FORK = 14       /* a=parent pid: the first event of a forked child */
 };
 
 enum { REC_PAGE = 0, REC_DEV = 1, REC_FUA = 2 };

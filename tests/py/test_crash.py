@@ -51,6 +51,53 @@ def recording(mode: str, out_root: Path, txns: int = 80, seed: int = 7) -> Path:
     return _recordings[key]
 
 
+# libwaldio bugs this tool found; the tests below that reproduce them are
+# strict xfails until they are fixed (docs/crash.md, "What the checker found").
+BUG_TORN_HEADER = (
+    "libwaldio bug (src/db_file.c waldio_db_passthrough): a power-loss tear of a "
+    "checkpoint's write of database page 1 with garbage in its first sector makes "
+    "waldio take the database for one transformed by a VFS above it and pass its WAL "
+    "through; the lower VFS then refuses the waldio log (SQLITE_CANTOPEN), where stock "
+    "SQLite recovers page 1 from the WAL")
+BUG_NS_PAGE_CACHE = (
+    "libwaldio bug: with waldio_sync=ns a transaction that rewrites pages it has "
+    "spilled (frame overwrites and walRewriteChecksums go through the page cache) "
+    "is acknowledged while its frames are only in the page cache, and NORMAL asks "
+    "for no sync at commit; an OS crash then loses it, although NS promises that "
+    "an OS crash loses nothing")
+BUG_FOREIGN_FRAMES_SYNC = (
+    "libwaldio bug (src/wal_log.c do_sync): a checkpoint in a process that did not "
+    "write the frames skips the log sync SQLite asks for before it copies them (the "
+    "process's own writeSeq is flushed), so with synchronous=NORMAL (page cache) or "
+    "NS (direct writes, no flush) database pages are written before the frames they "
+    "come from are durable: corruption, holes and lost commits after an OS crash or "
+    "power loss")
+
+
+def known_bug(rec: crash.Recording, failure: Dict[str, Any]) -> str:
+    """The libwaldio bug a campaign failure is an instance of, or ''. Only
+    the torn database header is recognized from the state itself."""
+    key = crash.StateKey.parse(failure["id"].split("/")[-1])
+    if key.kind == "torn" and failure["reason"].startswith("unreadable: CantOpenError"):
+        (_k, img), = list(rec.states([key]))
+        torn = rec._item_at(key.t)
+        if torn is not None and torn.name == "c.db" and torn.off == 0 \
+                and img.torn_desc.rsplit(": ", 1)[-1][:1] == "g":
+            return BUG_TORN_HEADER
+    return ""
+
+
+def check_campaign(res: crash.CampaignResult) -> None:
+    """No failure, or only instances of a known libwaldio bug (then xfail,
+    naming it); anything else fails."""
+    if not res.failures:
+        return
+    rec = crash.Recording(Path(res.rec_dir))
+    unknown = [f for f in res.failures if not known_bug(rec, f)]
+    assert not unknown, "\n".join("%s: %s" % (f["id"], f["reason"]) for f in unknown[:10])
+    pytest.xfail("%d states hit a known bug: %s" % (len(res.failures), BUG_TORN_HEADER))
+
+
 def test_recorder_is_built() -> None:
     path = crash.recorder_path()
     assert path.is_file()
@@ -95,6 +142,76 @@ def test_recorder_sees_every_kind_of_io(mode: str, out_root: Path) -> None:
         assert max(rec.commit_delays_ms()) <= 0
 
 
+PRELUDE = """
+import os, sys, time
+import apsw, waldio
+from waldio.crash.recorder import control_connection, load_recorder
+load_recorder()                     # below waldio: first
+waldio.load()
+ctl = control_connection()
+assert ctl.execute("SELECT recorder_hook_waldio('waldio')").fetchall()[0][0] >= 10
+def mark(kind, w, n, g):
+    ctl.execute("SELECT recorder_mark(?, ?)", ("%s %d %d" % (kind, w, n), g)).fetchall()
+"""
+
+
+def run_recorded(code: str, timeout: float = 120) -> "subprocess.Popen[str]":
+    """A Python process with the recorder and waldio loaded (PRELUDE), running code."""
+    from waldio.crash.recorder import child_env
+    return subprocess.Popen([sys.executable, "-c", PRELUDE + code], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=child_env())
+
+
+def test_recorder_orders_the_events_of_several_processes(tmp_path: Path) -> None:
+    """Two processes append to one log (recorder_start / recorder_join), and
+    a child forked by one of them too: every event lands whole, the events
+    of the processes interleave, each process's own events stay in its
+    order, and a child's first event is FORK."""
+    log = tmp_path / "events.bin"
+    start = run_recorded("ctl.execute('SELECT recorder_start(?)', (%r,)).fetchall()" % str(log))
+    assert start.wait(60) == 0, start.stderr.read()
+    code = """
+ctl.execute("SELECT recorder_join(?)", (%r,)).fetchall()
+w = int(sys.argv[1]) if len(sys.argv) > 1 else %s
+open(%r + str(w), "w").close()
+while not all(os.path.exists(%r + str(i)) for i in (0, 1)):
+    time.sleep(0.001)
+child = os.fork() if w == 1 else -1
+me = 2 if child == 0 else w
+for n in range(1, 401):
+    mark("ack", me, n, n)
+    ctl.execute("SELECT recorder_mark('big', ?)", (n,)).fetchall() if n %% 50 == 0 else None
+if child == 0:
+    os._exit(0)
+if child > 0:
+    os.waitpid(child, 0)
+ctl.execute("SELECT recorder_stop()").fetchall()
+"""
+    procs = [run_recorded(code % (str(log), w, str(tmp_path / "r"), str(tmp_path / "r")))
+             for w in (0, 1)]
+    for p in procs:
+        assert p.wait(120) == 0, p.stderr.read()
+    events = crash.parse_events(log)
+    assert len(events) == 3 * 408 + 1                      # every event, whole
+    by_pid: Dict[int, List[Any]] = {}
+    for ev in events:
+        by_pid.setdefault(ev.pid, []).append(ev)
+    assert len(by_pid) == 3
+    writers: Dict[int, List[int]] = {}
+    for pid, evs in by_pid.items():
+        assert [e.seq for e in evs] == list(range(len(evs)))   # its own order
+        marks = [crash.parse_mark(e) for e in evs if e.type == crash.REC_MARK]
+        ws = {m.writer for m in marks if m.kind == "ack"}
+        assert len(ws) == 1
+        writers[ws.pop()] = [m.n for m in marks if m.kind == "ack"]
+        if evs[0].type == crash.REC_FORK:
+            assert evs[0].a in by_pid                      # the parent
+    assert writers == {w: list(range(1, 401)) for w in (0, 1, 2)}
+    # They interleave: the writer changes many times along the file.
+    seq = [crash.parse_mark(e).writer for e in events if e.type == crash.REC_MARK]
+    assert sum(1 for a, b in zip(seq, seq[1:]) if a != b) > 20
+
+
 def test_recording_is_deterministic(out_root: Path) -> None:
     """Same seed, same recording (timestamps aside): WAL salts come from the
     recorder's seeded xRandomness. This is what lets --replay re-record."""
@@ -125,22 +242,24 @@ class Log:
         self.sid = 0
 
     def ev(self, typ: int, cls: int = 0, fid: int = -1, a: int = 0, b: int = 0,
-           payload: bytes = b"") -> int:
-        self.buf += crash.HDR.pack(typ, cls, 0, fid, a, b, self.seq * 1000, self.seq, len(payload), 0)
+           payload: bytes = b"", pid: int = 0) -> int:
+        self.buf += crash.HDR.pack(typ, cls, 0, fid, a, b, self.seq * 1000, self.seq, len(payload),
+                                   pid)
         self.buf += payload
         self.seq += 1
         return self.seq - 1
 
-    def open(self, fid: int, name: str, created: bool = False) -> int:
-        return self.ev(crash.REC_OPEN, 0, fid, 0, int(created), str(self.live / name).encode())
+    def open(self, fid: int, name: str, created: bool = False, pid: int = 0) -> int:
+        return self.ev(crash.REC_OPEN, 0, fid, 0, int(created), str(self.live / name).encode(),
+                       pid=pid)
 
-    def write(self, fid: int, off: int, data: bytes, cls: int) -> int:
-        return self.ev(crash.REC_WRITE, cls, fid, off, len(data), data)
+    def write(self, fid: int, off: int, data: bytes, cls: int, pid: int = 0) -> int:
+        return self.ev(crash.REC_WRITE, cls, fid, off, len(data), data, pid=pid)
 
-    def sync(self, fid: int) -> int:
+    def sync(self, fid: int, pid: int = 0) -> int:
         self.sid += 1
-        self.ev(crash.REC_SYNC_BEGIN, 0, fid, self.sid, 1)
-        return self.ev(crash.REC_SYNC_END, 0, fid, self.sid, 0)
+        self.ev(crash.REC_SYNC_BEGIN, 0, fid, self.sid, 1, pid=pid)
+        return self.ev(crash.REC_SYNC_END, 0, fid, self.sid, 0, pid=pid)
 
     def dirsync(self) -> int:
         return self.ev(crash.REC_DIRSYNC, payload=str(self.live).encode())
@@ -148,10 +267,18 @@ class Log:
     def ack(self, n: int) -> int:
         return self.ev(crash.REC_MARK, a=n, payload=b"ack")
 
-    def done(self) -> crash.Recording:
+    def mark(self, kind: str, writer: int, n: int, g: int, pid: int = 0) -> int:
+        return self.ev(crash.REC_MARK, a=g, payload=b"%s %d %d" % (kind.encode(), writer, n),
+                       pid=pid)
+
+    def fork(self, child: int, parent: int) -> int:
+        return self.ev(crash.REC_FORK, a=parent, pid=child)
+
+    def done(self, digests: int = 1) -> crash.Recording:
         (self.d / "events.bin").write_bytes(bytes(self.buf))
         meta = {"mode": "wal-full", "workload": "synthetic", "seed": 0, "txns": 0,
-                "live_dir": str(self.live), "base_files": sorted(self.files), "digests": ["x"]}
+                "live_dir": str(self.live), "base_files": sorted(self.files),
+                "digests": ["x%d" % i for i in range(digests)]}
         (self.d / "meta.json").write_text(json.dumps(meta))
         return crash.Recording(self.d)
 
@@ -267,6 +394,50 @@ def test_contracts_per_mode(tmp_path: Path) -> None:
     del a1, s
 
 
+def test_model_several_processes_and_fork(tmp_path: Path) -> None:
+    """File and sync ids are per process; a forked child writes through the
+    descriptors it inherited (its parent's ids) and its own; a sync by one
+    process writes back the page cache another process's writes are in."""
+    L = Log(tmp_path, {"a": bytes(1024), "b": bytes(1024)})
+    L.open(1, "a", pid=10)
+    L.open(1, "b", pid=20)                               # same id, other process
+    L.write(1, 0, b"A" * 512, crash.PAGE, pid=10)
+    L.write(1, 0, b"B" * 512, crash.PAGE, pid=20)
+    L.fork(11, 10)
+    L.open(2, "b", pid=11)                               # the child's own id 2
+    L.open(2, "a", pid=10)                               # the parent's new id 2
+    L.write(1, 512, b"c" * 512, crash.PAGE, pid=11)      # inherited: a
+    w = L.write(2, 512, b"d" * 512, crash.PAGE, pid=11)  # its own: b
+    s = L.sync(2, pid=10)                                # the parent syncs a (id 2)
+    rec = L.done()
+    assert image(rec, "kill:%d:all:0" % w) == {"a": b"A" * 512 + b"c" * 512,
+                                              "b": b"B" * 512 + b"d" * 512}
+    # a's page cache, written by the parent and the child, is durable after
+    # the parent's sync of a; b's is not.
+    assert image(rec, "power:%d:prefix:0" % s) == {"a": b"A" * 512 + b"c" * 512, "b": bytes(1024)}
+    assert rec.parent_pid == {11: 10}
+
+
+def test_model_requires_every_writers_acknowledged_transactions(tmp_path: Path) -> None:
+    """Two writers' marks: the requirement at a crash point is the largest
+    acknowledged position g, whichever writer acknowledged it (the database
+    recovers a prefix of the commit order, so every earlier transaction of
+    the other writer is required too); the upper bound is the largest
+    position whose COMMIT had begun."""
+    L = Log(tmp_path, {"c.db": bytes(512)})
+    L.mark("commit", 0, 1, 1, pid=1)
+    L.mark("commit", 1, 1, 2, pid=2)          # writer 1 commits second ...
+    a2 = L.mark("ack", 1, 1, 2, pid=2)        # ... and returns first
+    a1 = L.mark("ack", 0, 1, 1, pid=1)
+    c3 = L.mark("commit", 0, 2, 3, pid=1)
+    a3 = L.mark("ack-async", 0, 2, 3, pid=1)  # no promise
+    rec = L.done(digests=4)
+    key = lambda t: crash.StateKey("power", t, "prefix", 0)      # noqa: E731
+    assert [rec.required(key(t)) for t in (a2 - 1, a2, a1, a3)] == [0, 2, 2, 2]
+    assert [rec.upper(key(t)) for t in (a2 - 1, a1, c3 - 1, c3)] == [2, 2, 2, 3]
+    assert crash.commit_order(rec.events) == [(1, 0, 1), (2, 1, 1), (3, 0, 2)]
+
+
 # ------------------------------------------------------------ campaigns
 
 @pytest.mark.parametrize("mode", crash.DEFAULT_MODES)
@@ -276,10 +447,10 @@ def test_campaign(mode: str, out_root: Path) -> None:
     assert res.total_tried == STATES
     assert set(res.tried) == set(crash.MODELS)
     assert res.distinct >= STATES // 3
-    assert not res.failures, "\n".join("%s: %s" % (f["id"], f["reason"]) for f in res.failures[:10])
     # The states really differ in what they hold: some lose transactions
     # the contract allows to lose (power loss, process kill mid-commit).
     assert res.kinds.get("power/torn", 0) > 0 and res.kinds.get("os/lose", 0) > 0
+    check_campaign(res)
 
 
 def test_checker_fails_an_unsafe_mode(out_root: Path) -> None:
@@ -392,9 +563,11 @@ def test_cli(out_root: Path) -> None:
     help_ = subprocess.run([sys.executable, "-m", "waldio", "crash", "--help"],
                            capture_output=True, text=True, env=env)
     assert help_.returncode == 0
-    for word in ("--states", "--seed", "--replay", "power", "page cache", "waldio-persistent"):
+    for word in ("--states", "--seed", "--replay", "power", "page cache", "waldio-persistent",
+                 "--workload", "two-procs", "ckpt-proc", "fork", "O_APPEND"):
         assert word in help_.stdout
     run = subprocess.run([sys.executable, "-m", "waldio", "crash", "--mode", "waldio-normal",
+                          "--workload", "mixed",
                           "--states", "60", "--txns", "30", "--kills", "2", "--quiet",
                           "--out", str(out_root / "cli"), "--json", str(out_root / "cli.json")],
                          capture_output=True, text=True, env=env, timeout=300)
@@ -402,7 +575,19 @@ def test_cli(out_root: Path) -> None:
     assert "waldio-normal" in run.stdout and "SIGKILL" in run.stdout
     report = json.loads((out_root / "cli.json").read_text())
     assert report["campaigns"][0]["total_passed"] == 60
+    multi = subprocess.run([sys.executable, "-m", "waldio", "crash", "--mode", "waldio-full",
+                            "--mode", "waldio-group-async", "--workload", "two-procs,fork",
+                            "--states", "40", "--txns", "24", "--kills", "2", "--quiet",
+                            "--out", str(out_root / "cli"), "--json", str(out_root / "cli2.json")],
+                           capture_output=True, text=True, env=env, timeout=300)
+    report = json.loads((out_root / "cli2.json").read_text())
+    # group async needs the database to itself: not run with two processes
+    # nor with fork; no SIGKILL rounds for the multi-process workloads.
+    assert [(c["mode"], c["workload"]) for c in report["campaigns"]] == [
+        ("waldio-full", "two-procs"), ("waldio-full", "fork")], multi.stdout
+    assert report["kills"] == [] and "two-procs" in multi.stdout
     bad = subprocess.run([sys.executable, "-m", "waldio", "crash", "--mode", "delete-off",
+                          "--workload", "mixed",
                           "--states", "80", "--txns", "30", "--kills", "0", "--quiet",
                           "--out", str(out_root / "cli")],
                          capture_output=True, text=True, env=env, timeout=300)
@@ -461,4 +646,293 @@ def test_two_writer_campaign(mode: str, out_root: Path) -> None:
     on one of them. Stock SQLite keeps every state consistent."""
     res = crash.run_campaign(mode, workload="two-writers", states=150, seed=1, txns=150,
                              out_root=out_root / "two-writers")
-    assert not res.failures, res.failures[:5]
+    check_campaign(res)
+
+
+# ------------------------------------------------- several processes, fork
+
+MULTI_CAMPAIGNS = [
+    ("two-procs", "waldio-full"), ("two-procs", "wal-full"), ("two-procs", "waldio-from-stock"),
+    ("two-procs", "wal-normal"),
+    ("ckpt-proc", "waldio-full"), ("ckpt-proc", "waldio-persistent"), ("ckpt-proc", "wal-normal"),
+    ("fork", "waldio-full"), ("fork", "waldio-group-durable"), ("fork", "wal-full"),
+    ("fork", "waldio-normal"),
+    pytest.param("ckpt-proc", "waldio-normal",
+                 marks=pytest.mark.xfail(reason=BUG_FOREIGN_FRAMES_SYNC, strict=False)),
+    pytest.param("ckpt-proc", "waldio-ns",
+                 marks=pytest.mark.xfail(reason=BUG_FOREIGN_FRAMES_SYNC, strict=False)),
+]
+
+
+def multi_recording(workload: str, mode: str, out_root: Path, txns: int = 80,
+                    seed: int = 3) -> Path:
+    key = "%s-%s-%d-%d" % (workload, mode, txns, seed)
+    if key not in _recordings:
+        _recordings[key] = crash.record(mode, workload, seed, txns, out_root / key)
+    return _recordings[key]
+
+
+@pytest.mark.parametrize("workload,mode", MULTI_CAMPAIGNS)
+def test_multi_process_campaign(workload: str, mode: str, out_root: Path) -> None:
+    """Two writer processes, a writer and a checkpointing process, a process
+    that forks: every state holds a prefix of the commit order covering
+    every transaction the contract requires, from every writer."""
+    rd = multi_recording(workload, mode, out_root)
+    rec = crash.Recording(rd)
+    order = rec.meta["order"]
+    writers = {w for _g, w, _n in order}
+    if workload == "two-procs":
+        # Both writers committed, taking turns many times.
+        assert writers == {0, 1} and rec.meta["switches"] >= 4, rec.processes_text()
+    elif workload == "ckpt-proc":
+        ck = rec.meta["processes"]["checkpointer-1"]["ops"]
+        assert ck.get("TRUNCATE", 0) and ck.get("PASSIVE", 0) and ck.get("read", 0), ck
+    else:
+        # Children that exited at once (exit(), _exit()) and children that
+        # committed; with waldio, group-async bursts without a promise.
+        assert writers == {0, 1} and len(rec.parent_pid) >= 5, rec.processes_text()
+        assert rec.meta["processes"]["children"].keys() == {"exit", "_exit", "write"}
+        if crash.get_mode(mode).waldio:
+            assert rec.meta["processes"]["async"] > 0
+    # Every process's I/O is in the one log.
+    assert len({rec.events[it.idx].pid for it in rec.items}) >= 2
+    res = crash.run_campaign(mode, workload=workload, states=STATES, seed=3, txns=80, rec_dir=rd)
+    assert res.total_tried == STATES and set(res.tried) == set(crash.MODELS)
+    assert res.distinct >= STATES // 4
+    check_campaign(res)
+
+
+def test_multi_process_checker_fails_when_flushes_are_removed(out_root: Path) -> None:
+    """Mutation: the two-writer recording with no sync reaching the device.
+    The oracle must then find acknowledged transactions of both writers lost."""
+    rd = multi_recording("two-procs", "waldio-full", out_root)
+    res = crash.run_campaign("waldio-full", workload="two-procs", states=200, seed=3, txns=80,
+                             rec_dir=rd, drop_syncs=True)
+    lost = [f for f in res.failures if "lost transactions" in f["reason"]]
+    assert lost and res.passed["kill"] == res.tried["kill"]
+    order = crash.Recording(rd).meta["order"]
+    # Among the positions required but lost, both writers' transactions.
+    missing = {order[g - 1][1] for f in lost for g in range(f["k"] + 1, f["required"] + 1)}
+    assert missing == {0, 1}
+
+
+def _rewrite_events(src: Path, dst: Path, events: List[Any]) -> Path:
+    """A copy of recording src whose event log is `events`."""
+    import shutil
+    shutil.copytree(src, dst)
+    buf = bytearray(crash.REC_MAGIC)
+    for e in events:
+        buf += crash.HDR.pack(e.type, e.cls, 0, e.fid, e.a, e.b, e.t_ns, e.seq, len(e.payload),
+                              e.pid)
+        buf += bytes(e.payload)
+    (dst / "events.bin").write_bytes(bytes(buf))
+    return dst
+
+
+def test_fork_campaign_finds_a_child_writing_stale_frames(out_root: Path) -> None:
+    """Mutation, the shape of issue 9 item 4: after the parent's last durable
+    commit, a child that exits writes, through the log descriptor it
+    inherited, bytes of the log written before the parent's last TRUNCATE
+    checkpoint over the parent's newest commit frames. The oracle must see the
+    parent's acknowledged FULL commits lost."""
+    import dataclasses
+    rd = multi_recording("fork", "waldio-full", out_root)
+    rec = crash.Recording(rd)
+    evs = list(rec.events)
+    parent = next(iter(rec.parent_pid.values()))
+    child = list(rec.parent_pid)[-1]                        # its last child
+    log_items = [it for it in rec.items if it.op == crash.W and it.name == "c.db-wal"
+                 and it.data is not None and it.off >= 4096 and rec.events[it.idx].pid == parent]
+    last_ack = max(e for e, m in rec.ack_marks if m.kind == "ack")
+    newest = [it for it in log_items if it.idx < last_ack][-1]
+    stale = next(it for it in reversed(log_items)
+                 if it.idx < newest.idx and it.off <= newest.off < it.off + it.length
+                 and bytes(it.data[newest.off - it.off:newest.off - it.off + 4096])
+                 != bytes(newest.data[:4096]))
+    fid = rec.events[newest.idx].fid                         # the parent's log descriptor
+    injected = dataclasses.replace(evs[stale.idx], pid=child, fid=fid,
+                                   cls=crash.DEV, seq=10 ** 6)
+    evs.insert(last_ack + 1, injected)
+    mutated = _rewrite_events(rd, out_root / "fork-stale-child-write", evs)
+    bad = crash.Recording(mutated)
+    keys = [crash.StateKey("kill", t, "all", 0) for t in range(last_ack + 1, bad.n)]
+    res = crash.check_states(bad, keys, out_root)
+    assert any("lost transactions" in r.reason or "not a prefix" in r.reason
+               for r in res if not r.passed), [r.reason for r in res][:5]
+    # The same states of the real recording pass.
+    good = crash.check_states(rec, [crash.StateKey("kill", t, "all", 0)
+                                    for t in range(last_ack, rec.n)], out_root)
+    assert all(r.passed for r in good), [r.reason for r in good if not r.passed]
+
+
+# ----------------------------- reproductions of the libwaldio bugs found here
+
+class KnownBug(Exception):
+    """Raised where a test sees the libwaldio bug it reproduces (so that the
+    strict xfail counts only that, and any other failure stays a failure)."""
+
+
+def _torn_header_db(d: Path, vfs: str) -> Any:
+    """A crash image: five commits in the WAL (never checkpointed), then the
+    first 512 bytes of the database file (page 1, whose newest version is in
+    the WAL) torn to garbage, as a checkpoint's write of page 1 can be at a
+    power loss. Returns a connection to it, opened as an application would."""
+    import random
+    import shutil
+    import apsw
+    d.mkdir(parents=True)
+    path = d / "x.db"
+    flags = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI
+
+    def connect(p: Path) -> Any:
+        return apsw.Connection(waldio.uri(p) if vfs == "waldio" else "file:%s" % p, vfs=vfs,
+                               flags=flags)
+    c = connect(path)
+    c.execute("PRAGMA journal_mode=WAL").fetchall()
+    c.execute("PRAGMA wal_autocheckpoint=0")
+    c.execute("CREATE TABLE t(x)")
+    for i in range(5):
+        c.execute("INSERT INTO t VALUES(?)", (i,))
+    (d / "crash").mkdir()
+    for f in ("x.db", "x.db-wal"):
+        shutil.copyfile(d / f, d / "crash" / f)
+    c.close()
+    with open(d / "crash" / "x.db", "r+b") as f:
+        f.write(random.Random(1).randbytes(512))
+    return connect(d / "crash" / "x.db")
+
+
+def test_stock_sqlite_recovers_a_torn_database_header(out_root: Path, apsw_sqlite: Any) -> None:
+    c = _torn_header_db(out_root / "torn-header-stock", "unix")
+    assert c.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert c.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
+    c.close()
+
+
+@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_TORN_HEADER)
+def test_waldio_recovers_a_torn_database_header(out_root: Path, apsw_sqlite: Any) -> None:
+    """What stock SQLite does (the test above), through waldio. Found by the
+    fork campaign: waldio crash --replay
+    'waldio-full/mixed/seed=1/txns=100/power:144:torn:2' reproduces it too."""
+    import apsw
+    try:
+        c = _torn_header_db(out_root / "torn-header-waldio", "waldio")
+        c.execute("PRAGMA integrity_check").fetchall()
+    except apsw.CantOpenError as e:
+        raise KnownBug("%s (waldio: %r)" % (e, waldio.last_error()))
+    assert c.execute("SELECT count(*) FROM t").fetchall() == [(5,)]
+    c.close()
+
+
+def _recording_of(rec_dir: Path, live: Path, mode: str) -> crash.Recording:
+    """A Recording of an event log made by hand (files all created during it)."""
+    (rec_dir / "base").mkdir(exist_ok=True)
+    meta = {"mode": mode, "workload": "synthetic", "seed": 0, "txns": 0,
+            "live_dir": str(live.resolve()), "base_files": [], "digests": ["x"]}
+    (rec_dir / "meta.json").write_text(json.dumps(meta))
+    return crash.Recording(rec_dir)
+
+
+@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_NS_PAGE_CACHE)
+def test_ns_commit_of_a_large_transaction_survives_an_os_crash(out_root: Path) -> None:
+    """NS (waldio_sync=ns) promises that an OS crash loses nothing: when a
+    commit returns, no frame of it may be only in the page cache. A spilled
+    transaction that rewrites its spilled pages; flusher interval 60 s, so
+    that its timer cannot hide the bug. (Found by the ckpt-proc campaign:
+    waldio crash --replay 'waldio-ns/mixed/seed=1/txns=100/os:69:rand:4252784'
+    is the same in one process.)"""
+    d = out_root / "ns-large"
+    live = d / "live"
+    live.mkdir(parents=True)
+    p = run_recorded("""
+ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
+c = apsw.Connection(waldio.uri(%r, prealloc="256K", flush_ms=60000, sync="ns"), vfs="waldio",
+                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
+c.execute("PRAGMA journal_mode=WAL").fetchall()
+c.execute("PRAGMA synchronous=NORMAL")
+c.execute("CREATE TABLE t(x)")
+mark("ack", 0, 1, 1)
+c.execute("PRAGMA cache_size=5")
+c.execute("BEGIN")
+for i in range(60):
+    c.execute("INSERT INTO t VALUES(randomblob(900))")
+c.execute("UPDATE t SET x = randomblob(800)")     # rewrites pages it spilled
+c.execute("COMMIT")
+mark("ack", 0, 2, 2)
+ctl.execute("SELECT recorder_stop()").fetchall()
+os._exit(0)
+""" % (str(d / "events.bin"), str(live / "x.db")))
+    assert p.wait(120) == 0, p.stderr.read()
+    rec = _recording_of(d, live, "waldio-ns")
+    ack = [e for e, m in rec.ack_marks if m.g == 2][0]
+    first = [e for e, m in rec.ack_marks if m.g == 1][0]
+    frames = [it for it in rec.items if it.op == crash.W and it.name == "x.db-wal"
+              and first < it.idx < ack]
+    assert frames
+    lost = [it for it in frames if it.cls == crash.PAGE and it.durable_at > ack]
+    if lost:
+        raise KnownBug("%d of the transaction's %d log writes were in the page cache only when "
+                       "COMMIT returned, e.g. %s" % (len(lost), len(frames), lost[0].describe()))
+
+
+@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_FOREIGN_FRAMES_SYNC)
+def test_checkpoint_in_another_process_makes_the_frames_durable_first(out_root: Path) -> None:
+    """SQLite syncs the WAL before a checkpoint writes any database page, so
+    that every page it writes is backed by a durable frame; it does so in the
+    process that runs the checkpoint, whoever wrote the frames. Process A
+    commits with synchronous=NORMAL (page cache; flusher interval 60 s),
+    process B runs a PASSIVE checkpoint."""
+    d = out_root / "foreign-frames"
+    live = d / "live"
+    live.mkdir(parents=True)
+    events, db = str(d / "events.bin"), str(live / "x.db")
+    open_ = """
+c = apsw.Connection(waldio.uri(%r, prealloc="256K", flush_ms=60000), vfs="waldio",
+                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
+c.setbusytimeout(5000)
+c.execute("PRAGMA journal_mode=WAL").fetchall()
+c.execute("PRAGMA synchronous=NORMAL")
+c.execute("PRAGMA wal_autocheckpoint=0")
+""" % db
+    a = run_recorded("""
+ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
+%s
+c.execute("CREATE TABLE t(x)")
+for i in range(5):
+    c.execute("INSERT INTO t VALUES(randomblob(300))")
+    mark("ack", 0, i + 1, i + 1)
+open(%r, "w").close()
+while not os.path.exists(%r):
+    time.sleep(0.01)
+ctl.execute("SELECT recorder_stop()").fetchall()
+os._exit(0)
+""" % (events, open_, str(d / "ready"), str(d / "done")))
+    deadline = __import__("time").monotonic() + 60
+    while not (d / "ready").exists():
+        assert a.poll() is None, a.stderr.read()
+        assert __import__("time").monotonic() < deadline
+        __import__("time").sleep(0.01)
+    b = run_recorded("""
+ctl.execute("SELECT recorder_join(?)", (%r,)).fetchall()
+%s
+print(c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall())
+c.close()
+open(%r, "w").close()
+ctl.execute("SELECT recorder_stop()").fetchall()
+""" % (events, open_, str(d / "done")))
+    assert b.wait(60) == 0, b.stderr.read()
+    assert a.wait(60) == 0, a.stderr.read()
+    rec = _recording_of(d, live, "waldio-normal")
+    writer = rec.events[0].pid
+    ckpt = [it for it in rec.items if it.op == crash.W and it.name == "x.db"
+            and rec.events[it.idx].pid != writer]
+    assert ckpt, "the checkpoint in the other process wrote no database page"
+    first = ckpt[0].idx
+    frames = [it for it in rec.items if it.op == crash.W and it.name == "x.db-wal"
+              and rec.events[it.idx].pid == writer and it.idx < first]
+    assert frames
+    volatile = [it for it in frames if it.durable_at > first]
+    if volatile:
+        raise KnownBug("the checkpoint wrote %s while %d of the frames it copies were not "
+                       "durable (e.g. %s)" % (ckpt[0].describe(), len(volatile),
+                                              volatile[-1].describe()))

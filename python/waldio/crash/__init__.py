@@ -6,7 +6,11 @@ The pieces (docs/crash.md has the model in full):
   (``recorder.so``, built from crash/recorder.c) loaded below waldio: every write (buffered,
   direct, FUA), sync, truncate, create, rename and delete of the database,
   its journal and its log is logged with its bytes, in completion order,
-  together with an ``ack`` mark after each acknowledged transaction.
+  together with an ``ack`` mark after each acknowledged transaction. The
+  multi-process workloads (:mod:`.procs`: two writer processes, a writer and a
+  checkpointing process, fork) append every process's events to the same
+  log (one O_APPEND write per event: the file order is the global order), and
+  each mark names its writer and the transaction's place in the commit order.
 * **Crash states.** :class:`Recording` replays the log into file images with
   two cache layers: a page cache per file (buffered writes, made durable by
   that file's fsync/fdatasync) and one volatile device write cache shared by
@@ -31,7 +35,7 @@ Also here: real process kills (SIGKILL), corruption of the physical log
 The package, one concern per module: :mod:`.modes` (modes and their
 contracts), :mod:`.workload` (transactions and reference digests),
 :mod:`.database` (opening and running), :mod:`.recorder` (recording in a
-child process), :mod:`.events` (the event log), :mod:`.states` (crash states),
+child process), :mod:`.procs` (the processes of the multi-process workloads), :mod:`.events` (the event log), :mod:`.states` (crash states),
 :mod:`.oracle` (checking a state), :mod:`.campaign` (record, check, replay),
 :mod:`.kills`, :mod:`.corruption`, :mod:`.faults`, :mod:`.fuzz`;
 :mod:`.cli` is ``waldio crash``, ``__main__`` the child processes' entry.
@@ -49,31 +53,44 @@ from .events import (
     PAGE,
     REC_DIRSYNC,
     REC_MAGIC,
+    REC_FORK,
     REC_MARK,
     REC_OPEN,
     REC_SYNC_BEGIN,
     REC_SYNC_END,
     REC_WRITE,
     Event,
+    Mark,
     StateKey,
     W,
+    commit_order,
     parse_events,
+    parse_mark,
 )
 from .faults import FAULT_CASES, fault_skip, run_fault
 from .fuzz import run_fuzz
 from .kills import run_kills
-from .modes import DEFAULT_MODES, LAYOUTS, MODELS, MODES, Mode, get_mode
+from .modes import DEFAULT_MODES, LAYOUTS, MODELS, MODES, Mode, get_mode, mode_runs_workload
 from .oracle import Outcome, check_files, verdict
 from .recorder import RecordingError, record
 from .states import Image, Recording
-from .workload import WORKLOADS, digest, make_steps, reference_digests
+from .workload import (
+    MULTI_WORKLOADS,
+    SINGLE_WORKLOADS,
+    WORKLOADS,
+    digest,
+    make_steps,
+    reference_digests,
+)
 
 __all__ = [
     "CampaignResult", "StateResult", "check_states", "replay", "run_campaign", "CORRUPTIONS",
     "run_corruptions", "fuzz_binary_path", "open_db", "recorder_path", "state_dir_base", "CR",
-    "DEV", "FUA", "HDR", "PAGE", "REC_DIRSYNC", "REC_MAGIC", "REC_MARK", "REC_OPEN",
-    "REC_SYNC_BEGIN", "REC_SYNC_END", "REC_WRITE", "W", "Event", "StateKey", "parse_events",
+    "DEV", "FUA", "HDR", "PAGE", "REC_DIRSYNC", "REC_FORK", "REC_MAGIC", "REC_MARK", "REC_OPEN",
+    "REC_SYNC_BEGIN", "REC_SYNC_END", "REC_WRITE", "W", "Event", "Mark", "StateKey",
+    "commit_order", "parse_events", "parse_mark",
     "FAULT_CASES", "fault_skip", "run_fault", "run_fuzz", "run_kills", "DEFAULT_MODES", "LAYOUTS",
-    "MODELS", "MODES", "Mode", "get_mode", "Outcome", "check_files", "verdict", "RecordingError",
-    "record", "Image", "Recording", "WORKLOADS", "digest", "make_steps", "reference_digests",
+    "MODELS", "MODES", "Mode", "get_mode", "mode_runs_workload", "Outcome", "check_files", "verdict", "RecordingError",
+    "record", "Image", "Recording", "MULTI_WORKLOADS", "SINGLE_WORKLOADS", "WORKLOADS", "digest",
+    "make_steps", "reference_digests",
 ]

@@ -253,7 +253,7 @@ def replay(state_id: str, out_root: Optional[Path] = None, keep: Optional[Path] 
 def _diff(rec: Recording, sdir: Path, k: int, limit: int = 12) -> List[str]:
     """Rows that differ between the state and the database after k transactions."""
     m = rec.meta
-    want = reference_rows(m["workload"], m["seed"], m["txns"], k)
+    want = reference_rows(m["workload"], m["seed"], m["txns"], k, m.get("order"))
     conn = open_db(rec.mode, sdir / DB_NAME)
     lines = ["diff against the database after %d transactions (- expected, + found):" % k]
     shown = 0

@@ -1,7 +1,8 @@
 """`waldio crash`: prove each journal mode's durability contract.
 
-    waldio crash                                   every mode, 1000 states each
+    waldio crash                                   every mode and workload, 1000 states each
     waldio crash --mode waldio-full --states 10000 --seed 1
+    waldio crash --workload two-procs,ckpt-proc,fork --states 5000
     waldio crash --mode all --states 10000 --kills 200 --corruptions 300 \\
                  --faults 20 --fuzz-seconds 300 --json results/crash.json
     waldio crash --replay 'waldio-full/mixed/seed=1/txns=300/power:1234:drop:3'
@@ -26,7 +27,27 @@ Crash-consistency campaign. For each mode, a workload (autocommit and
 multi-statement transactions, spilled and rolled-back transactions,
 checkpoints of every kind, readers that pin the log, reopening) runs with
 the crash recorder below SQLite and waldio; every write, direct write, FUA
-write, sync, truncate, create and delete is logged with its bytes. Crash
+write, sync, truncate, create and delete is logged with its bytes.
+
+Workloads (--workload; default: mixed and the three multi-process ones):
+  mixed      one writer process (bank: transfers only; two-writers: two
+             writer connections of one process)
+  two-procs  two writer processes committing interleaved transactions
+  ckpt-proc  a writer process and a process that runs PASSIVE, FULL,
+             RESTART and TRUNCATE checkpoints and read transactions
+  fork       a process that forks while group-async commits are still
+             buffered; the child exits (exit(): atexit handlers; _exit())
+             or opens its own connection and commits while the parent
+             leaves group mode, checkpoints (TRUNCATE) and commits
+Every process of a multi-process workload loads the recorder and waldio and
+appends to one event log (one O_APPEND write per event, so the file's order
+is the order of the system calls); each transaction takes its place g in
+the commit order inside the transaction and marks "commit" before COMMIT
+and "ack" after it with its writer, its number and g. A state must then be
+the database after the first k transactions of that order, k covering the
+largest g the contract requires: every required transaction of every
+writer. Group modes need the database to themselves and run only the
+single-process workloads (and, for group durable, fork). Crash
 states are then generated from the log with a page cache (buffered writes,
 durable after that file's fsync/fdatasync) and one volatile device write
 cache (direct writes; a flush makes everything durable, an RWF_DSYNC write
@@ -55,8 +76,11 @@ mode's contract makes durable at that crash point:
     log (kill, os) or durable media (power) at the crash; commits return
     before that, and the time from acknowledgement to durable commit frame
     (the group_ms bound) is measured and printed
+A "flush" is a completed fdatasync of the log, by any process (a sync of the
+database file does not write the log's page cache back).
 Failures print a reproducer id; --replay ID rebuilds exactly that state from
-the saved recording and re-checks it, with a row diff.
+the saved recording and re-checks it, with a row diff (the multi-process
+workloads are recorded again only approximately: keep the recording).
 """
 
 
@@ -73,8 +97,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--layout", choices=crash.LAYOUTS,
                    help="run the waldio modes with this log layout (mode names get "
                         "+LAYOUT, e.g. waldio-full+pad4k); stock modes are skipped")
-    p.add_argument("--workload", default="mixed", choices=crash.WORKLOADS,
-                   help="workload (default mixed)")
+    p.add_argument("--workload", default=",".join(DEFAULT_WORKLOADS),
+                   help="workloads, comma-separated: %s, or all (default %s)"
+                        % (", ".join(crash.WORKLOADS), ",".join(DEFAULT_WORKLOADS)))
     p.add_argument("--states", type=int, default=1000,
                    help="crash states to check per mode (default 1000)")
     p.add_argument("--seed", type=int, default=1, help="campaign seed (default 1)")
@@ -86,7 +111,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jobs", type=int, default=0,
                    help="checker processes (default: number of CPUs)")
     p.add_argument("--kills", type=int, default=10,
-                   help="real SIGKILL rounds per mode (default 10; 0 to skip)")
+                   help="real SIGKILL rounds per mode, with the single-process workloads "
+                        "(default 10; 0 to skip)")
     p.add_argument("--corruptions", type=int, default=0,
                    help="log-corruption cases per layout (embed, pad4k) (default 0)")
     p.add_argument("--faults", type=int, default=0,
@@ -102,6 +128,9 @@ def register(subparsers: Any) -> None:
                    help="with --replay: leave the state's files in this directory")
     p.add_argument("--quiet", action="store_true", help="only the final table")
     p.set_defaults(func=main)
+
+
+DEFAULT_WORKLOADS = ("mixed",) + tuple(crash.MULTI_WORKLOADS)
 
 
 def _log(quiet: bool):
@@ -131,39 +160,52 @@ def main(args: argparse.Namespace) -> int:
     if any(m not in crash.MODELS for m in models):
         print("waldio crash: models are kill, os, power", file=sys.stderr)
         return 2
+    workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
+    if "all" in workloads:
+        workloads = list(DEFAULT_WORKLOADS)
+    bad = [w for w in workloads if w not in crash.WORKLOADS]
+    if bad or not workloads:
+        print("waldio crash: unknown workload %s (expected %s, or all)"
+              % (", ".join(bad) or "''", ", ".join(crash.WORKLOADS)), file=sys.stderr)
+        return 2
     txns = args.txns or (300 if args.states >= 5000 else 200)
     jobs = args.jobs or os.cpu_count() or 1
     log = _log(args.quiet)
     t0 = time.monotonic()
     report: Dict[str, Any] = {"command": " ".join(sys.argv), "seed": args.seed,
-                              "workload": args.workload, "txns": txns, "campaigns": [],
+                              "workloads": workloads, "txns": txns, "campaigns": [],
                               "kills": [], "corruption": None, "faults": None, "fuzz": None}
     failed = False
-    for m in modes:
-        try:
-            res = crash.run_campaign(m, workload=args.workload, states=args.states,
-                                     seed=args.seed, txns=txns, out_root=args.out, jobs=jobs,
-                                     models=models, log=log)
-        except crash.RecordingError as e:
-            # The workload itself failed before any crash: a finding too.
-            print("RECORDING FAILURE %s: %s" % (m, e.short()))
-            print("  full output: %s" % e.log_path)
-            report["campaigns"].append({"mode": m, "recording_failed": e.short(),
-                                        "tried": {}, "passed": {}})
-            failed = True
-            continue
-        report["campaigns"].append(res.to_json())
-        failed |= bool(res.failures) != crash.get_mode(m).testonly
-        if res.failures:
-            _print_failures(res, args.out, log)
-        if args.kills:
-            log("%s: %d process kills ..." % (m, args.kills))
-            k = crash.run_kills(m, args.kills, args.seed, workload=args.workload)
-            report["kills"].append(k)
-            failed |= bool(k["failures"]) and not crash.get_mode(m).testonly
-            for f in k["failures"][:5]:
-                print("SIGKILL FAILURE %s round %d (acked %d): %s; files kept in %s"
-                      % (m, f["round"], f["acked"], f["reason"], f["dir"]))
+    for wl in workloads:
+        for m in modes:
+            if not crash.mode_runs_workload(m, wl):
+                continue
+            try:
+                res = crash.run_campaign(m, workload=wl, states=args.states,
+                                         seed=args.seed, txns=txns, out_root=args.out,
+                                         jobs=jobs, models=models, log=log)
+            except crash.RecordingError as e:
+                # The workload itself failed before any crash: a finding too.
+                print("RECORDING FAILURE %s/%s: %s" % (m, wl, e.short()))
+                print("  full output: %s" % e.log_path)
+                report["campaigns"].append({"mode": m, "workload": wl,
+                                            "recording_failed": e.short(),
+                                            "tried": {}, "passed": {}})
+                failed = True
+                continue
+            report["campaigns"].append(res.to_json())
+            failed |= bool(res.failures) != crash.get_mode(m).testonly
+            if res.failures:
+                _print_failures(res, args.out, log)
+            if args.kills and wl in crash.SINGLE_WORKLOADS:
+                log("%s: %d process kills ..." % (m, args.kills))
+                k = crash.run_kills(m, args.kills, args.seed, workload=wl)
+                k["workload"] = wl
+                report["kills"].append(k)
+                failed |= bool(k["failures"]) and not crash.get_mode(m).testonly
+                for f in k["failures"][:5]:
+                    print("SIGKILL FAILURE %s round %d (acked %d): %s; files kept in %s"
+                          % (m, f["round"], f["acked"], f["reason"], f["dir"]))
     if args.corruptions:
         log("log corruption: %d cases per layout ..." % args.corruptions)
         c = crash.run_corruptions(args.corruptions, args.seed)
@@ -215,7 +257,8 @@ def run_faults(runs: int, seed: int) -> Dict[str, Any]:
 
 def _print_failures(res: crash.CampaignResult, out: Optional[Path], log: Any) -> None:
     fails = sorted(res.failures, key=lambda f: (_simplicity(f["id"]), f["id"]))
-    print("%s: %d of %d states FAILED" % (res.mode, len(res.failures), res.total_tried))
+    print("%s/%s: %d of %d states FAILED" % (res.mode, res.workload, len(res.failures),
+                                              res.total_tried))
     for f in fails[:5]:
         print("  %s\n    %s" % (f["id"], f["reason"]))
     first = fails[0]["id"]
@@ -231,25 +274,28 @@ def _simplicity(state_id: str) -> tuple:
 
 def format_table(report: Dict[str, Any]) -> str:
     lines = []
-    hdr = "%-26s %-8s %8s %8s %9s %8s" % ("mode", "model", "tried", "passed", "distinct", "seconds")
+    hdr = "%-26s %-10s %-8s %8s %8s %9s %8s" % ("mode", "workload", "model", "tried", "passed",
+                                                 "distinct", "seconds")
     lines.append(hdr)
     lines.append("-" * len(hdr))
-    kills = {k["mode"]: k for k in report.get("kills", [])}
+    kills = {(k["mode"], k.get("workload", "mixed")): k for k in report.get("kills", [])}
     for c in report["campaigns"]:
+        wl = c.get("workload", "mixed")
         if c.get("recording_failed"):
-            lines.append("%-26s recording failed: %s" % (c["mode"], c["recording_failed"]))
+            lines.append("%-26s %-10s recording failed: %s" % (c["mode"], wl, c["recording_failed"]))
             continue
         first = True
         for model in crash.MODELS:
             if model not in c["tried"]:
                 continue
-            lines.append("%-26s %-8s %8d %8d %9s %8s" % (
-                c["mode"] if first else "", model, c["tried"][model], c["passed"].get(model, 0),
-                c["distinct"] if first else "", c["seconds"] if first else ""))
+            lines.append("%-26s %-10s %-8s %8d %8d %9s %8s" % (
+                c["mode"] if first else "", wl if first else "", model, c["tried"][model],
+                c["passed"].get(model, 0), c["distinct"] if first else "",
+                c["seconds"] if first else ""))
             first = False
-        k = kills.get(c["mode"])
+        k = kills.get((c["mode"], wl))
         if k:
-            lines.append("%-26s %-8s %8d %8d" % ("", "SIGKILL", k["rounds"], k["passed"]))
+            lines.append("%-26s %-10s %-8s %8d %8d" % ("", "", "SIGKILL", k["rounds"], k["passed"]))
         cd = c.get("commit_delay_ms")
         if cd:
             extra = ""
@@ -263,6 +309,9 @@ def format_table(report: Dict[str, Any]) -> str:
                          "flush_ms=%g, %d never flushed"
                          % ("", fd["median"], fd["max"], fd["over_bound"], fd["writes"], fd["bound"],
                             fd["never_flushed"]))
+        pr = c.get("summary", {}).get("processes")
+        if pr:
+            lines.append("%-26s %s" % ("", pr))
     cr = report.get("corruption")
     if cr:
         lines.append("log corruption: %d cases, %d passed (%d clean errors); by kind %s"

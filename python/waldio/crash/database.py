@@ -115,6 +115,10 @@ class Runner:
     """Runs workload steps on a connection; calls on_ack(n) after each
     acknowledged transaction."""
 
+    # Called with (connection, step) right before a transaction's COMMIT
+    # (the multi-process workloads mark it and read its position).
+    before_commit: Optional[Callable[[Any, Step], None]] = None
+
     def __init__(self, mode: Mode, path: Path, vfs: Optional[str] = None,
                  on_ack: Optional[Callable[[int], None]] = None,
                  retry_failed: bool = False) -> None:
@@ -128,8 +132,13 @@ class Runner:
 
     def _open(self) -> Any:
         conn = open_db(self.mode, self.path, vfs=self.vfs)
+        self.set_busy(conn)
         configure(conn, self.mode)
         return conn
+
+    def set_busy(self, conn: Any) -> None:
+        """How a writer waits for a lock (open_db's busy timeout)."""
+        conn.setbusytimeout(5000)
 
     def _txn(self, step: Step) -> None:
         conn = self.conn
@@ -154,6 +163,8 @@ class Runner:
                 if step.kind == "rollback":
                     conn.execute("ROLLBACK")
                 else:
+                    if self.before_commit is not None:
+                        self.before_commit(conn, step)
                     conn.execute("COMMIT")
             except BaseException:
                 if not conn.getautocommit():
@@ -190,7 +201,7 @@ class Runner:
                 try:
                     self.conn.execute("PRAGMA wal_checkpoint(%s)" % step.arg).fetchall()
                 finally:
-                    self.conn.setbusytimeout(5000)
+                    self.set_busy(self.conn)
             elif step.kind == "reader_begin":
                 self.reader = open_db(self.mode, self.path, vfs=self.vfs)
                 self.reader.execute("BEGIN")

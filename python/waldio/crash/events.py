@@ -2,7 +2,11 @@
 
 The recorder (crash/recorder.c) writes one record per write, sync, truncate,
 create, rename, delete, fallocate and ``ack`` mark (:data:`HDR`);
-:func:`parse_events` reads them back.  :class:`StateKey` names one crash
+:func:`parse_events` reads them back. Several processes may append to one log
+(each event one O_APPEND write, so the file order is the global order); every
+event names its process (``pid``), and :func:`parse_mark` reads the marks
+the workloads log (which writer acknowledged which transaction, at which
+position of the commit order).  :class:`StateKey` names one crash
 state (model, time, which volatile writes survive, tearing) so that
 ``waldio crash --replay ID`` rebuilds exactly that state.
 """
@@ -11,7 +15,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional, Tuple
 
 REC_MAGIC = b"WALDIOREC1\n\0\0\0\0\0"
 
@@ -20,7 +24,7 @@ HDR = struct.Struct("<BBHiqqQQII")
 
 
 (REC_OPEN, REC_CLOSE, REC_WRITE, REC_ZERO, REC_TRUNC, REC_SYNC_BEGIN, REC_SYNC_END,
- REC_UNLINK, REC_RENAME, REC_DIRSYNC, REC_MARK, REC_FAULT, REC_FALLOC) = range(1, 14)
+ REC_UNLINK, REC_RENAME, REC_DIRSYNC, REC_MARK, REC_FAULT, REC_FALLOC, REC_FORK) = range(1, 15)
 
 
 PAGE, DEV, FUA = 0, 1, 2
@@ -28,7 +32,7 @@ PAGE, DEV, FUA = 0, 1, 2
 
 EVENT_NAMES = {1: "open", 2: "close", 3: "write", 4: "zero", 5: "trunc", 6: "sync-begin",
                7: "sync-end", 8: "unlink", 9: "rename", 10: "dirsync", 11: "mark",
-               12: "fault", 13: "fallocate"}
+               12: "fault", 13: "fallocate", 14: "fork"}
 
 
 CLS_NAMES = {PAGE: "page-cache", DEV: "direct", FUA: "fua"}
@@ -42,8 +46,9 @@ class Event:
     a: int
     b: int
     t_ns: int
-    seq: int
+    seq: int                  # per process
     payload: memoryview
+    pid: int = 0              # the process that logged it (0: unknown)
 
 
 def parse_events(path: Path) -> List[Event]:
@@ -54,13 +59,62 @@ def parse_events(path: Path) -> List[Event]:
     pos, out = 16, []
     n = len(data)
     while pos + HDR.size <= n:
-        typ, cls, _p, fid, a, b, t, seq, ln, _p2 = HDR.unpack_from(data, pos)
+        typ, cls, _p, fid, a, b, t, seq, ln, pid = HDR.unpack_from(data, pos)
         pos += HDR.size
         if pos + ln > n:
             break                       # a torn tail (recorder killed): ignore
-        out.append(Event(typ, cls, fid, a, b, t, seq, mv[pos:pos + ln]))
+        out.append(Event(typ, cls, fid, a, b, t, seq, mv[pos:pos + ln], pid))
         pos += ln
     return out
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A workload's mark. kind: "ack" (a transaction acknowledged with the
+    mode's durability promise), "ack-async" (acknowledged without one: a
+    group-async or synchronous=OFF burst), "commit" (its COMMIT is about to
+    run), or another name ("end"). g: the transaction's position in the
+    commit order; writer, n: which writer's which transaction. A plain
+    "ack" mark of a single-writer workload has writer 0 and n = g."""
+    kind: str
+    g: int
+    writer: int = 0
+    n: int = 0
+
+
+def parse_mark(ev: Event) -> Mark:
+    words = bytes(ev.payload).decode().split()
+    kind = words[0] if words else ""
+    if len(words) == 3:
+        return Mark(kind, ev.a, int(words[1]), int(words[2]))
+    return Mark(kind, ev.a, 0, ev.a)
+
+
+def mark_name(kind: str, writer: int, n: int) -> str:
+    """The payload of a mark for parse_mark (recorder_mark(name, g))."""
+    return "%s %d %d" % (kind, writer, n)
+
+
+def commit_order(events: List[Event]) -> List[Tuple[int, int, int]]:
+    """(g, writer, n) of every acknowledged transaction of a multi-process
+    recording, by position g; ValueError unless the positions are exactly
+    1..N, each acknowledged once."""
+    seen: Dict[int, Tuple[int, int, int]] = {}
+    for ev in events:
+        if ev.type != REC_MARK:
+            continue
+        m = parse_mark(ev)
+        if m.kind not in ("ack", "ack-async"):
+            continue
+        if m.g in seen:
+            raise ValueError("position %d acknowledged twice: %r and %r"
+                             % (m.g, seen[m.g], (m.g, m.writer, m.n)))
+        seen[m.g] = (m.g, m.writer, m.n)
+    order = [seen[g] for g in sorted(seen)]
+    if [o[0] for o in order] != list(range(1, len(order) + 1)):
+        raise ValueError("acknowledged positions are not 1..%d: %s"
+                         % (len(order), [o[0] for o in order][:20]))
+    return order
 
 
 # Item kinds (things that change what is on disk).

@@ -21,8 +21,11 @@ class Mode:
     uri: Tuple[Tuple[str, str], ...] = ()
     # Which acknowledged transactions must survive each crash model:
     #   "all"    every transaction acknowledged before the crash
-    #   "flush"  those acknowledged before the last completed device flush
+    #   "flush"  those acknowledged before the last completed flush of the
+    #            log (waldio's flusher, or any fdatasync of the log, by any
+    #            process) began
     #   "walsync" those acknowledged before the last completed sync of the WAL
+    #            began (stock SQLite; the same rule for its WAL file)
     #   "committed" those whose commit frame had reached the log (kill, os)
     #            or durable media (power) at the crash: group async, whose
     #            commits return before their frames are written. Its time
@@ -105,3 +108,20 @@ CONVERT_MODE = Mode("waldio-convert", True, "FULL", uri=(("prealloc", LOG_PREALL
 
 
 MODELS = ("kill", "os", "power")
+
+
+# Group commit needs the database to itself (docs/usage.md): a second process
+# cannot open it while one is in group mode. So the modes that run in group
+# mode take no part in the workloads of several processes, but for fork,
+# where the parent leaves group mode while its child lives.
+_MULTI_EXCLUDED = {
+    "two-procs": ("waldio-group-async", "waldio-group-durable"),
+    "ckpt-proc": ("waldio-group-async", "waldio-group-durable"),
+    "fork": ("waldio-group-async",),
+}
+
+
+def mode_runs_workload(mode: str, workload: str) -> bool:
+    """Whether `waldio crash` runs this mode (a name from MODES, maybe with a
+    +layout) with this workload."""
+    return mode.partition("+")[0] not in _MULTI_EXCLUDED.get(workload, ())

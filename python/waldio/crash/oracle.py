@@ -69,17 +69,23 @@ def check_files(mode: Mode, directory: Path, digests: Sequence[str],
     return out
 
 
-_index_cache: Dict[int, Dict[str, int]] = {}
+# digest -> k, per digests list. The list itself is kept with its index:
+# keyed by id() alone, a list freed and another allocated at the same address
+# would get the old list's index (seen: every SIGKILL round of one run judged
+# against another recording's digests).
+_index_cache: Dict[int, Tuple[Sequence[str], Dict[str, int]]] = {}
 
 
 def _digest_index(digests: Sequence[str]) -> Dict[str, int]:
-    key = id(digests)
-    idx = _index_cache.get(key)
-    if idx is None or len(idx) == 0:
-        idx = {}
-        for k, d in enumerate(digests):
-            idx.setdefault(d, k)
-        _index_cache[key] = idx
+    got = _index_cache.get(id(digests))
+    if got is not None and got[0] is digests:
+        return got[1]
+    idx: Dict[str, int] = {}
+    for k, d in enumerate(digests):
+        idx.setdefault(d, k)
+    if len(_index_cache) > 64:
+        _index_cache.clear()
+    _index_cache[id(digests)] = (digests, idx)
     return idx
 
 

@@ -19,8 +19,15 @@ from typing import Any, Dict, Optional
 import waldio
 
 from .database import Runner, make_base, recorder_path
+from .events import commit_order, mark_name, parse_events
 from .modes import get_mode
-from .workload import DB_NAME, apsw_module, reference_digests
+from .workload import (
+    DB_NAME,
+    MULTI_WORKLOADS,
+    apsw_module,
+    reference_digests,
+    reference_digests_in_order,
+)
 
 
 def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -68,13 +75,26 @@ def record(mode_name: str, workload: str, seed: int, txns: int, out_dir: Path,
     proc = subprocess.run([sys.executable, "-m", "waldio.crash", "_record", json.dumps(args)],
                           capture_output=True, text=True, timeout=timeout,
                           env=child_env({"WALDIO_RECORDER_SEED": str(seed)}))
+    if proc.returncode == 0 and proc.stderr.strip():
+        (out_dir / "record.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         (out_dir / "record.log").write_text(proc.stdout + proc.stderr)
         raise RecordingError("recording %s/%s failed (exit %d):\n%s%s" % (
             mode_name, workload, proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:]),
             out_dir / "record.log")
     meta = json.loads((out_dir / "meta.json").read_text())
-    meta["digests"] = reference_digests(workload, seed, txns)
+    if workload in MULTI_WORKLOADS:
+        # The commit order is the run's: read it from the writers' marks.
+        try:
+            order = commit_order(parse_events(out_dir / "events.bin"))
+        except ValueError as e:
+            raise RecordingError("recording %s/%s: inconsistent acknowledgements: %s"
+                                 % (mode_name, workload, e), out_dir / "meta.json")
+        meta["order"] = order
+        meta["switches"] = sum(1 for a, b in zip(order, order[1:]) if a[1] != b[1])
+        meta["digests"] = reference_digests_in_order(workload, seed, txns, order)
+    else:
+        meta["digests"] = reference_digests(workload, seed, txns)
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=1))
     return out_dir
 
@@ -96,7 +116,13 @@ def role_record(args: Dict[str, Any]) -> None:
     else:
         ctl = control_connection()
     db = live / DB_NAME
-    steps, done_before = make_base(mode, db, args["workload"], args["seed"], args["txns"], vfs)
+    multi = args["workload"] in MULTI_WORKLOADS
+    if multi:
+        from . import procs
+        skip, done = procs.make_base_multi(mode, db, args["workload"], args["seed"],
+                                           args["txns"], vfs)
+    else:
+        steps, done_before = make_base(mode, db, args["workload"], args["seed"], args["txns"], vfs)
     (out / "base").mkdir()
     base_files = []
     for p in sorted(live.iterdir()):
@@ -105,23 +131,37 @@ def role_record(args: Dict[str, Any]) -> None:
         shutil.copyfile(p, out / "base" / p.name)
         base_files.append(p.name)
     ctl.execute("SELECT recorder_start(?)", (str(out / "events.bin"),)).fetchall()
-    if done_before:
+    procs_report: Dict[str, Any] = {}
+    if multi:
         # Acknowledged (and durable) before the recording: in the base.
-        ctl.execute("SELECT recorder_mark('ack', ?)", (done_before,)).fetchall()
+        # The largest first, so that every crash point requires them all.
+        for g, w, n in sorted(done, reverse=True):
+            ctl.execute("SELECT recorder_mark(?, ?)", (mark_name("ack", w, n), g)).fetchall()
+        if args["workload"] == "fork":
+            procs_report = procs.run_fork(mode, db, args["seed"], args["txns"], vfs, skip, out)
+        else:
+            seed = int(os.environ.get("WALDIO_RECORDER_SEED") or args["seed"])
+            procs_report = procs.run_processes(
+                mode, args["workload"], args["seed"], args["txns"], db, out / "events.bin", skip,
+                env_for=lambda i: child_env({"WALDIO_RECORDER_SEED": str(seed * 100 + i + 1)}))
+    else:
+        if done_before:
+            # Acknowledged (and durable) before the recording: in the base.
+            ctl.execute("SELECT recorder_mark('ack', ?)", (done_before,)).fetchall()
 
-    def ack(n: int) -> None:
-        ctl.execute("SELECT recorder_mark('ack', ?)", (n,)).fetchall()
+        def ack(n: int) -> None:
+            ctl.execute("SELECT recorder_mark('ack', ?)", (n,)).fetchall()
 
-    runner = Runner(mode, db, vfs=vfs, on_ack=ack)
-    runner.run(steps)
-    runner.close()
+        runner = Runner(mode, db, vfs=vfs, on_ack=ack)
+        runner.run(steps)
+        runner.close()
     ctl.execute("SELECT recorder_mark('end', 0)").fetchall()
     n_events = ctl.execute("SELECT recorder_stop()").fetchall()[0][0]
     apsw = apsw_module()
     meta = {"mode": mode.name, "workload": args["workload"], "seed": args["seed"],
             "txns": args["txns"], "live_dir": str(live.resolve()), "base_files": base_files,
             "events": n_events, "sqlite": apsw.sqlite_lib_version(), "apsw": apsw.apsw_version(),
-            "recorder_seed": os.environ.get("WALDIO_RECORDER_SEED")}
+            "recorder_seed": os.environ.get("WALDIO_RECORDER_SEED"), "processes": procs_report}
     (out / "meta.json").write_text(json.dumps(meta, indent=1))
 
 

@@ -38,6 +38,7 @@ from .events import (
     REC_DIRSYNC,
     REC_FALLOC,
     REC_FAULT,
+    REC_FORK,
     REC_MARK,
     REC_OPEN,
     REC_RENAME,
@@ -50,10 +51,12 @@ from .events import (
     RN,
     UL,
     Item,
+    Mark,
     StateKey,
     T,
     W,
     parse_events,
+    parse_mark,
 )
 from .modes import MODELS, get_mode
 
@@ -84,21 +87,43 @@ class Recording:
         ns = dict(self.base_ns)
         ino_name: Dict[int, str] = {v: k for k, v in ns.items()}
         next_ino = len(ns)
-        fid_ino: Dict[int, int] = {}
+        # File and sync ids are per process: (pid, id). A forked child also
+        # uses the ids its parent assigned before the fork (inherited
+        # descriptors): resolved through `parent`. None: a file outside the
+        # database directory.
+        fid_ino: Dict[Tuple[int, int], Optional[int]] = {}
+        parent: Dict[int, int] = {}
+
+        def ino_of(pid: int, fid: int) -> Optional[int]:
+            p: Optional[int] = pid
+            while p is not None:
+                if (p, fid) in fid_ino:
+                    return fid_ino[(p, fid)]
+                p = parent.get(p)
+            return None
+
         items: List[Item] = []
         syncs: List[Tuple[int, int, int]] = []         # (begin, end, ino)
-        sync_begin: Dict[int, Tuple[int, int]] = {}
+        sync_begin: Dict[Tuple[int, int], Tuple[int, int]] = {}
         dirsyncs: List[int] = []
-        acks: List[Tuple[int, int]] = []
+        marks: List[Tuple[int, Mark]] = []
         self.faults: List[Tuple[int, str, int]] = []
         self.n_by_type: Dict[str, int] = {}
         self.write_bytes = {PAGE: 0, DEV: 0, FUA: 0}
+        self.pids: List[int] = []                      # in order of first event
+        pid_seen: set = set()
         for e_idx, ev in enumerate(self.events):
             tname = EVENT_NAMES.get(ev.type, str(ev.type))
             self.n_by_type[tname] = self.n_by_type.get(tname, 0) + 1
-            if ev.type == REC_OPEN:
+            if ev.pid not in pid_seen:
+                pid_seen.add(ev.pid)
+                self.pids.append(ev.pid)
+            if ev.type == REC_FORK:
+                parent[ev.pid] = ev.a
+            elif ev.type == REC_OPEN:
                 name = self._name(bytes(ev.payload).decode())
                 if name is None:
+                    fid_ino[(ev.pid, ev.fid)] = None
                     continue
                 if name not in ns:
                     ino = next_ino
@@ -106,9 +131,9 @@ class Recording:
                     ns[name] = ino
                     ino_name[ino] = name
                     items.append(Item(e_idx, CR, PAGE, ino=ino, name=name, ns=True))
-                fid_ino[ev.fid] = ns[name]
+                fid_ino[(ev.pid, ev.fid)] = ns[name]
             elif ev.type in (REC_WRITE, REC_ZERO):
-                ino = fid_ino.get(ev.fid)
+                ino = ino_of(ev.pid, ev.fid)
                 if ino is None:
                     continue
                 data = ev.payload if ev.type == REC_WRITE else None
@@ -116,11 +141,11 @@ class Recording:
                                   name=ino_name.get(ino, "?")))
                 self.write_bytes[ev.cls] += ev.b
             elif ev.type == REC_TRUNC:
-                ino = fid_ino.get(ev.fid)
+                ino = ino_of(ev.pid, ev.fid)
                 if ino is not None:
                     items.append(Item(e_idx, T, PAGE, ino=ino, length=ev.a, name=ino_name.get(ino, "?")))
             elif ev.type == REC_FALLOC:
-                ino = fid_ino.get(ev.fid)
+                ino = ino_of(ev.pid, ev.fid)
                 if ino is None:
                     continue
                 mode = struct.unpack("<I", bytes(ev.payload[:4]))[0]
@@ -128,11 +153,11 @@ class Recording:
                 items.append(Item(e_idx, FA, cls, ino=ino, off=ev.a, length=ev.b, mode=mode,
                                   name=ino_name.get(ino, "?")))
             elif ev.type == REC_SYNC_BEGIN:
-                ino = fid_ino.get(ev.fid)
+                ino = ino_of(ev.pid, ev.fid)
                 if ino is not None:
-                    sync_begin[ev.a] = (e_idx, ino)
+                    sync_begin[(ev.pid, ev.a)] = (e_idx, ino)
             elif ev.type == REC_SYNC_END:
-                got = sync_begin.pop(ev.a, None)
+                got = sync_begin.pop((ev.pid, ev.a), None)
                 if got is not None and ev.b == 0:
                     syncs.append((got[0], e_idx, got[1]))
             elif ev.type == REC_UNLINK:
@@ -152,17 +177,16 @@ class Recording:
                 if os.path.normpath(d) == os.path.normpath(self.live_dir):
                     dirsyncs.append(e_idx)
             elif ev.type == REC_MARK:
-                name = bytes(ev.payload).decode()
-                if name == "ack":
-                    acks.append((e_idx, ev.a))
+                marks.append((e_idx, parse_mark(ev)))
             elif ev.type == REC_FAULT:
                 self.faults.append((e_idx, bytes(ev.payload).decode(), ev.a))
+        self.parent_pid = parent
         self.items = items
         self.syncs = syncs
         self.ino_name = ino_name
         self.n = len(self.events)
         self._durability(syncs, dirsyncs)
-        self._acks(acks, syncs)
+        self._acks(marks, syncs)
         self.item_idx = [it.idx for it in items]
         self._commit_frames()
         self.write_events = [it.idx for it in items if it.op == W]
@@ -201,18 +225,42 @@ class Recording:
                 j = bisect.bisect_right(b, it.idx)
                 it.durable_at = sm[j]
 
-    def _acks(self, acks: List[Tuple[int, int]], syncs: List[Tuple[int, int, int]]) -> None:
+    def _acks(self, marks: List[Tuple[int, Mark]], syncs: List[Tuple[int, int, int]]) -> None:
+        """What was acknowledged, and promised, at each crash point.
+
+        A[t]: the largest commit position g acknowledged with the mode's
+        promise by event t ("ack" marks). The database can only recover a
+        prefix of the commit order, so requiring g requires every earlier
+        transaction too, whichever writer made it. Single-writer workloads
+        number their transactions 1, 2, ... and g is that number.
+        A_any[t]: the same with the acknowledgements made without a promise
+        ("ack-async": the fork workload's group bursts).
+        began[t]: the largest position whose COMMIT had begun ("commit" marks
+        of the multi-process workloads; without them A_any[t] + 1): no state
+        may hold more (:meth:`upper`)."""
         n = self.n
         A = [0] * n
-        ai, cur = 0, 0
+        any_ack = [0] * n
+        began = [0] * n
+        acks = [(e, m.g) for e, m in marks if m.kind == "ack"]
+        self.ack_marks = [(e, m) for e, m in marks if m.kind in ("ack", "ack-async")]
+        self.commit_marks = [(e, m) for e, m in marks if m.kind == "commit"]
+        events = sorted([(e, 0, m.g) for e, m in marks if m.kind == "ack"]
+                        + [(e, 1, m.g) for e, m in self.ack_marks]
+                        + [(e, 2, m.g) for e, m in self.commit_marks])
+        cur = [0, 0, 0]
+        j = 0
         for t in range(n):
-            while ai < len(acks) and acks[ai][0] <= t:
-                cur = max(cur, acks[ai][1])
-                ai += 1
-            A[t] = cur
+            while j < len(events) and events[j][0] <= t:
+                _e, which, g = events[j]
+                cur[which] = max(cur[which], g)
+                j += 1
+            A[t], any_ack[t], began[t] = cur
         self.A = A
+        self.A_any = any_ack
+        self.began = began if self.commit_marks else None
         self.acks = acks
-        self.n_acked = cur
+        self.n_acked = max([m.g for _e, m in self.ack_marks] or [0])
         self.ack_events = [a[0] for a in acks]
 
         def last_flush_req(pred: Callable[[int], bool]) -> List[int]:
@@ -226,9 +274,17 @@ class Recording:
                 req[t] = best
             return req
 
+        # "walsync" (stock NORMAL) and "flush" (waldio normal and NS: the
+        # flusher's fdatasync) both mean a completed sync of the log file,
+        # by any process: only that writes the log's page cache back. A
+        # sync of the database file is not one, although it flushes the
+        # device cache: a checkpoint in another process may sync the
+        # database while this one's newest commits are still in the page
+        # cache. (In a single process every database sync follows a log
+        # sync with no commit between them, so it changes nothing there.)
         wal_inos = {ino for ino, name in self.ino_name.items() if name.endswith("-wal")}
-        self.req_flush = last_flush_req(lambda ino: True)
         self.req_walsync = last_flush_req(lambda ino: ino in wal_inos)
+        self.req_flush = self.req_walsync
         self.flush_events = sorted(e for (b, e, ino) in syncs)
 
     def _commit_frames(self) -> None:
@@ -286,13 +342,16 @@ class Recording:
         return bisect.bisect_right(self.commit_written, t)
 
     def commit_delays_ms(self) -> List[float]:
-        """ms from each acknowledgement to its commit frame being durable."""
+        """ms from each acknowledgement to its commit frame being durable
+        (the g-th commit frame in the log is transaction g's)."""
         if not self.commit_frames_ok:
             return []
         out = []
-        for (e, n), it in zip(self.acks, self.commit_items):
-            if it.durable_at < INF:
-                out.append((self.events[it.durable_at].t_ns - self.events[e].t_ns) / 1e6)
+        for e, g in self.acks:
+            if 1 <= g <= len(self.commit_items):
+                it = self.commit_items[g - 1]
+                if it.durable_at < INF:
+                    out.append((self.events[it.durable_at].t_ns - self.events[e].t_ns) / 1e6)
         return out
 
     def recount_volatile(self) -> None:
@@ -337,7 +396,11 @@ class Recording:
 
     def upper(self, key: StateKey) -> int:
         t = self.effective_t(key)
-        return min((self.A[t] if t >= 0 else 0) + 1, len(self.digests) - 1)
+        if t < 0:
+            return min(1, len(self.digests) - 1)
+        if self.began is not None:
+            return min(max(self.began[t], self.A_any[t]), len(self.digests) - 1)
+        return min(self.A_any[t] + 1, len(self.digests) - 1)
 
     @staticmethod
     def effective_t(key: StateKey) -> int:
@@ -489,10 +552,31 @@ class Recording:
         return "%s/%s/seed=%d/txns=%d/%s" % (m["mode"], m["workload"], m["seed"], m["txns"], key.text())
 
     def summary(self) -> Dict[str, Any]:
-        return {"events": self.n, "by_type": self.n_by_type, "items": len(self.items),
-                "acked": self.n_acked, "flushes": len(self.flush_events),
-                "bytes": {CLS_NAMES[k]: v for k, v in self.write_bytes.items()},
-                "faults": len(self.faults)}
+        out = {"events": self.n, "by_type": self.n_by_type, "items": len(self.items),
+               "acked": self.n_acked, "flushes": len(self.flush_events),
+               "bytes": {CLS_NAMES[k]: v for k, v in self.write_bytes.items()},
+               "faults": len(self.faults)}
+        if "order" in self.meta:
+            out["processes"] = self.processes_text()
+        return out
+
+    def processes_text(self) -> str:
+        """Who did what in a multi-process recording, in one line."""
+        by_writer: Dict[int, int] = {}
+        for _g, w, _n in self.meta["order"]:
+            by_writer[w] = by_writer.get(w, 0) + 1
+        unpromised = sum(1 for _e, m in self.ack_marks if m.kind != "ack")
+        active = {self.events[it.idx].pid for it in self.items}
+        active |= {self.events[e].pid for e, _m in self.commit_marks}
+        text = "%d processes wrote, %d forked; commits by writer %s (%d without a promise), " \
+               "%d writer switches" % (len(active), len(self.parent_pid),
+                                       ", ".join("%d: %d" % kv for kv in sorted(by_writer.items())),
+                                       unpromised, self.meta.get("switches", 0))
+        ck = (self.meta.get("processes") or {}).get("checkpointer-1")
+        if ck:
+            text += "; checkpointer %s (%d busy)" % (
+                ", ".join("%s %d" % kv for kv in sorted(ck["ops"].items())), ck["busy"])
+        return text
 
     def flush_delays_ms(self) -> List[float]:
         """For each direct write, ms from its completion to the completion of

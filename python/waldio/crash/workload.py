@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 DB_NAME = "c.db"
 
@@ -54,8 +54,9 @@ def setup_sql() -> List[Tuple[str, Tuple[Any, ...]]]:
     return out
 
 
-def make_steps(workload: str, seed: int, txns: int) -> List[Step]:
-    """The deterministic steps of a workload.
+def make_steps(workload: str, seed: int, txns: int, writer: Optional[int] = None) -> List[Step]:
+    """The deterministic steps of a workload (of one of its writer processes:
+    `writer`, for the multi-process workloads, :func:`process_steps`).
 
     workloads:
       mixed  inserts, updates, deletes and money transfers of many sizes;
@@ -66,13 +67,22 @@ def make_steps(workload: str, seed: int, txns: int) -> List[Step]:
       bank   only transfers between accounts (one small transaction each)
       two-writers  mixed, with transactions and rollbacks spread over two
              writer connections of the process (taking turns)
+
+    A writer process of a multi-process workload (writer=w) gets mixed steps
+    of its own (seeded by w), new rows with ids of its own, and transactions
+    that count themselves in a global counter (meta id 1: the transaction's
+    position in the commit order, which the run decides) and write their own
+    number into meta id 10+w.
     """
     if workload not in WORKLOADS:
         raise ValueError("unknown workload %r (expected one of %s)"
                          % (workload, ", ".join(WORKLOADS)))
-    rng = random.Random("%s:%d" % ("mixed" if workload == "two-writers" else workload, seed))
+    if writer is not None:
+        rng = random.Random("mp:%s:%d:%d" % (workload, seed, writer))
+    else:
+        rng = random.Random("%s:%d" % ("mixed" if workload == "two-writers" else workload, seed))
     live = list(range(1, 41))
-    next_id = [41]
+    next_id = [41 if writer is None else 100_000 * (writer + 1)]
     steps: List[Step] = []
     reader_open = False
 
@@ -123,7 +133,7 @@ def make_steps(workload: str, seed: int, txns: int) -> List[Step]:
         return sql, spill
 
     for i in range(1, txns + 1):
-        if workload in ("mixed", "two-writers"):
+        if workload in ("mixed", "two-writers") or (writer is not None and workload != "fork"):
             r = rng.random()
             if r < (0.04 if workload == "mixed" else 0.12):
                 # A rolled-back transaction, sometimes bigger than the cache:
@@ -146,10 +156,19 @@ def make_steps(workload: str, seed: int, txns: int) -> List[Step]:
                 steps.append(Step("reopen"))
             kind = rng.choices(["bank", "insert", "update", "delete", "big", "multi"],
                                [30, 25, 15, 10, 4, 16])[0]
+        elif workload == "fork":
+            # Parent and children: transactions only (the parent's
+            # structure, group bursts and forks, is procs.py's).
+            kind = rng.choices(["bank", "insert", "update", "delete", "multi"],
+                               [30, 25, 15, 10, 20])[0]
         else:
             kind = "bank"
         sql, spill = body(kind)
-        sql.append(("UPDATE meta SET txn = ? WHERE id = 1", (i,)))
+        if writer is None:
+            sql.append(("UPDATE meta SET txn = ? WHERE id = 1", (i,)))
+        else:
+            sql.append(("UPDATE meta SET txn = txn + 1 WHERE id = 1", ()))
+            sql.append(("INSERT OR REPLACE INTO meta VALUES(?, ?)", (10 + writer, i)))
         steps.append(Step("txn", n=i, sql=sql, spill=spill))
     if reader_open:
         steps.append(Step("reader_end"))
@@ -165,7 +184,46 @@ def make_steps(workload: str, seed: int, txns: int) -> List[Step]:
     return steps
 
 
-WORKLOADS = ("mixed", "bank", "two-writers")
+SINGLE_WORKLOADS = ("mixed", "bank", "two-writers")
+
+
+MULTI_WORKLOADS = ("two-procs", "ckpt-proc", "fork")
+"""Workloads of several processes (procs.py), recorded into one event log:
+
+  two-procs  two writer processes, each running mixed steps of its own
+             (checkpoints, readers pinning the log, reopening included),
+             committing interleaved transactions
+  ckpt-proc  one writer process (mixed steps) and one process that runs
+             PASSIVE, FULL, RESTART and TRUNCATE checkpoints and read
+             transactions (checking the bank invariant and that snapshots
+             never go backwards) until the writer is done
+  fork       one process that forks: group-async bursts (commits still
+             buffered at the fork; stock modes: ordinary commits), a child
+             that exits through exit() (atexit handlers) or _exit(), or
+             opens its own connection and commits while the parent does;
+             the parent leaves group mode, checkpoints (TRUNCATE) and
+             commits in the mode's own synchronous setting
+"""
+
+
+WORKLOADS = SINGLE_WORKLOADS + MULTI_WORKLOADS
+
+
+def process_steps(workload: str, seed: int, txns: int) -> Dict[int, List[Step]]:
+    """The steps of each writer of a multi-process workload (writer index ->
+    steps). two-procs: two writers sharing txns; ckpt-proc: one writer;
+    fork: the parent (0) and its children (1), their transactions only."""
+    if workload == "two-procs":
+        return {w: make_steps(workload, seed, n, writer=w)
+                for w, n in ((0, txns - txns // 2), (1, txns // 2))}
+    if workload == "ckpt-proc":
+        steps = [st for st in make_steps(workload, seed, txns, writer=0)
+                 if st.kind != "checkpoint"]       # the other process checkpoints
+        return {0: steps}
+    if workload == "fork":
+        return {w: [st for st in make_steps(workload, seed, txns, writer=w) if st.kind == "txn"]
+                for w in (0, 1)}
+    raise ValueError("%r is not a multi-process workload" % workload)
 
 
 def digest(conn: Any) -> str:
@@ -213,19 +271,64 @@ def reference_digests(workload: str, seed: int, txns: int) -> List[str]:
     return out
 
 
-def reference_rows(workload: str, seed: int, txns: int, k: int) -> Dict[str, List[Tuple[Any, ...]]]:
-    """The rows of every table after the first k transactions."""
+def ordered_transactions(workload: str, seed: int, txns: int,
+                         order: Sequence[Sequence[int]]) -> List[Step]:
+    """A multi-process workload's transactions in the commit order the run
+    took: order[g-1] = (g, writer, n), recorded by the writers' marks."""
+    by_writer = process_steps(workload, seed, txns)
+    index = {(w, st.n): st for w, steps in by_writer.items() for st in steps if st.kind == "txn"}
+    out = []
+    for i, (g, w, n) in enumerate(order):
+        if g != i + 1 or (w, n) not in index:
+            raise ValueError("commit order entry %d is %r: not the next position of a "
+                             "transaction of the workload" % (i + 1, (g, w, n)))
+        out.append(index[(w, n)])
+    return out
+
+
+def _transactions(workload: str, seed: int, txns: int,
+                  order: Optional[Sequence[Sequence[int]]]) -> List[Step]:
+    if workload in MULTI_WORKLOADS:
+        if order is None:
+            raise ValueError("a multi-process workload's reference needs the recorded commit order")
+        return ordered_transactions(workload, seed, txns, order)
+    return [st for st in make_steps(workload, seed, txns) if st.kind == "txn"]
+
+
+def reference_digests_in_order(workload: str, seed: int, txns: int,
+                               order: Sequence[Sequence[int]]) -> List[str]:
+    """reference_digests for a multi-process workload: digests[g] is the
+    database after the first g transactions of the recorded commit order."""
     apsw = apsw_module()
     conn = apsw.Connection(":memory:")
     conn.execute(SCHEMA)
     with conn:
         for sql, params in setup_sql():
             conn.execute(sql, params)
-    for step in make_steps(workload, seed, txns):
-        if step.kind == "txn" and step.n <= k:
-            with conn:
-                for sql, params in step.sql:
-                    conn.execute(sql, params)
+    out = [digest(conn)]
+    for step in _transactions(workload, seed, txns, order):
+        with conn:
+            for sql, params in step.sql:
+                conn.execute(sql, params)
+        out.append(digest(conn))
+    conn.close()
+    return out
+
+
+def reference_rows(workload: str, seed: int, txns: int, k: int,
+                   order: Optional[Sequence[Sequence[int]]] = None) -> Dict[str, List[Tuple[Any, ...]]]:
+    """The rows of every table after the first k transactions (in the
+    recorded commit order, for a multi-process workload)."""
+    apsw = apsw_module()
+    conn = apsw.Connection(":memory:")
+    conn.execute(SCHEMA)
+    with conn:
+        for sql, params in setup_sql():
+            conn.execute(sql, params)
+    for step in _transactions(workload, seed, txns, order)[:k]:
+        with conn:
+            for sql, params in step.sql:
+                conn.execute(sql, params)
     rows = {t: list(conn.execute("SELECT * FROM %s ORDER BY id" % t)) for t in TABLES}
     conn.close()
     return rows
