@@ -522,6 +522,7 @@ class Speedtest1:
                 "runs_ok": len(mine),
                 "runs_failed": sum(1 for r in measured if r["mode"] == mode and not r["ok"]),
                 "total_ms": summarize([r["total_ms"] for r in mine]),
+                "cpu_s": summarize([_cpu(r) for r in mine if _cpu(r) is not None]),
                 "tests": {str(k): summarize(v) for k, v in per_test.items()},
                 "device_write_bytes": summarize([_dev(r, "write_bytes") for r in mine
                                                  if _dev(r, "write_bytes") is not None]),
@@ -581,6 +582,7 @@ class Speedtest1:
         ts, tw = theirs["total_ms"], mine["total_ms"]
         total_ratio = (tw["median"] / ts["median"]) if ts and tw and ts["median"] else None
         ps = summarize([p["ratio"] for p in paired])
+        ca, cb = theirs.get("cpu_s"), mine.get("cpu_s")
         hashes = {r["hash"] for r in measured if r["mode"] in (mode, base) and r["hash"]}
         return {
             "mode": mode, "baseline": base,
@@ -589,6 +591,9 @@ class Speedtest1:
                                  "median": ps["median"] if ps else None,
                                  "min": ps["min"] if ps else None,
                                  "max": ps["max"] if ps else None}},
+            "cpu": {"stock_s": ca, "waldio_s": cb,
+                    "ratio": (cb["median"] / ca["median"]) if ca and cb and ca["median"]
+                    else None},
             "tests": rows,
             "hash_identical": len(hashes) == 1,
             "hashes": sorted(hashes),
@@ -597,6 +602,12 @@ class Speedtest1:
                      "ok": (total_ratio is not None and total_ratio <= GOAL_TOTAL_RATIO
                             and not over and len(hashes) == 1)},
         }
+
+
+def _cpu(run: Dict[str, Any]) -> Optional[float]:
+    """CPU seconds (user + system) of the speedtest1 process."""
+    ru = (run.get("io") or {}).get("rusage")
+    return None if not ru else ru["user_s"] + ru["system_s"]
 
 
 def _dev(run: Dict[str, Any], key: str) -> Optional[float]:

@@ -49,9 +49,17 @@ def _mb(s: Optional[Dict[str, Any]]) -> str:
     return "-" if not s else f"{s['median'] / 1e6:,.1f}"
 
 
+def _cpu_cells(cpu: Optional[Dict[str, Any]]) -> List[str]:
+    if not cpu or not cpu.get("stock_s") or not cpu.get("waldio_s"):
+        return ["-", "-", "-"]
+    return [f"{cpu['stock_s']['median']:.2f}", f"{cpu['waldio_s']['median']:.2f}",
+            _ratio(cpu.get("ratio"))]
+
+
 def summary_table(doc: Dict[str, Any]) -> tuple:
     cols = ["size", "synchronous", "stock", "stock TOTAL ms", "min-max", "waldio",
-            "waldio TOTAL ms", "min-max", "ratio", "paired min-max",
+            "waldio TOTAL ms", "min-max", "ratio", "paired min-max", "CPU s stock",
+            "CPU s waldio", "CPU ratio",
             f"tests >{doc['params']['speedtest1']['goal']['test_ratio_max']}x", "hash", "goal"]
     rows = []
     for res in doc["results"]:
@@ -63,13 +71,15 @@ def summary_table(doc: Dict[str, Any]) -> tuple:
                          _spread(t["stock_ms"]), c["mode"], _ms(t["waldio_ms"]),
                          _spread(t["waldio_ms"]), _ratio(t["ratio"]),
                          "-" if p["min"] is None else f"{p['min']:.2f}-{p['max']:.2f}",
+                         *_cpu_cells(c.get("cpu")),
                          ", ".join(map(str, c["goal"]["tests_over"])) or "none",
                          "identical" if c["hash_identical"] else "DIFFERENT",
                          "met" if c["goal"]["ok"] else "NOT met"])
     sp = doc["params"]["speedtest1"]
     title = (f"speedtest1 (SQLite {sp['sqlite_version']}), --journal wal: TOTAL, median of "
              f"{sp['repetitions']} interleaved runs per mode (ms); ratio = waldio median / "
-             f"stock median")
+             f"stock median; CPU s: user + system time of the speedtest1 process (getrusage), "
+             f"which other jobs on the machine disturb far less than wall time")
     return title, cols, rows
 
 
