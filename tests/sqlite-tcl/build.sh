@@ -4,6 +4,13 @@
 # prints the path of the binary on its last line of output.
 #
 #   tests/sqlite-tcl/build.sh [--lib PATH/libwaldio.a] [--cache DIR]
+#                             [--page-size 1024|4096]
+#
+# --page-size: the default page size compiled into testfixture. 1024 is
+# testfixture as SQLite ships it (most tests then make 1024-byte pages, which
+# waldio stores in a padding layout); 4096 builds a second testfixture
+# (bld-p4096) in which databases that do not ask for a page size get 4096-byte
+# pages, the only way the suite reaches the embed layout.
 #
 # Works on a fresh Debian 12 machine as root (CI): SQLite's source comes from
 # Debian's own source package, fetched with apt through a private apt
@@ -27,12 +34,14 @@ ROOT="$(cd "$HERE/../.." && pwd)"
 VERSION=3.40.1
 LIB="$ROOT/build/libwaldio.a"
 CACHE="${WALDIO_SQLITE_CACHE:-/var/tmp/waldio-sqlite-$VERSION}"
+PAGESIZE=1024
 
 while [ $# -gt 0 ]; do
   case "$1" in
     --lib) LIB="$2"; shift 2 ;;
     --cache) CACHE="$2"; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --page-size) PAGESIZE="$2"; shift 2 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "build.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,8 +65,12 @@ mkdir -p "$CACHE"
 exec 9>"$CACHE/.lock"
 flock 9
 
+case "$PAGESIZE" in
+  1024) BLD="$CACHE/bld" ;;
+  4096) BLD="$CACHE/bld-p4096" ;;
+  *) echo "build.sh: --page-size must be 1024 or 4096" >&2; exit 2 ;;
+esac
 SRC="$CACHE/sqlite3-$VERSION"
-BLD="$CACHE/bld"
 log() { echo "build.sh: $*" >&2; }
 
 # 1. Source: Debian's sqlite3 source package (upstream tarball inside).
@@ -107,14 +120,20 @@ if [ ! -f "$BLD/Makefile" ]; then
     rm -f "$BLD/Makefile"
     exit 1
   }
+  if [ "$PAGESIZE" != 1024 ]; then
+    grep -q 'SQLITE_DEFAULT_PAGE_SIZE=1024' "$BLD/Makefile" || {
+      log "no SQLITE_DEFAULT_PAGE_SIZE=1024 in the generated Makefile"; rm -f "$BLD/Makefile"; exit 1; }
+    sed -i "s/SQLITE_DEFAULT_PAGE_SIZE=1024/SQLITE_DEFAULT_PAGE_SIZE=$PAGESIZE/" "$BLD/Makefile"
+  fi
 fi
 
 # 3. testfixture, rebuilt when what it links changed.
-mkdir -p "$CACHE/link"
-cp "$LIB" "$CACHE/link/libwaldio.a.tmp"
-mv "$CACHE/link/libwaldio.a.tmp" "$CACHE/link/libwaldio.a"
-cp "$HERE/waldio_init.c" "$CACHE/link/waldio_init.c"
-key="$(cat "$CACHE/link/libwaldio.a" "$CACHE/link/waldio_init.c" \
+LINK="$BLD/link"
+mkdir -p "$LINK"
+cp "$LIB" "$LINK/libwaldio.a.tmp"
+mv "$LINK/libwaldio.a.tmp" "$LINK/libwaldio.a"
+cp "$HERE/waldio_init.c" "$LINK/waldio_init.c"
+key="$(cat "$LINK/libwaldio.a" "$LINK/waldio_init.c" \
            "$ROOT/include/waldio.h" "$0" | sha256sum | cut -c1-64)"
 if [ -x "$BLD/testfixture" ] && [ "$(cat "$BLD/.waldio-key" 2>/dev/null)" = "$key" ]; then
   log "testfixture is up to date"
@@ -123,7 +142,7 @@ else
   rm -f "$BLD/testfixture" "$BLD/.waldio-key"
   (cd "$BLD" && nice -n 10 make -j2 testfixture \
       OPTS="-DSQLITE_EXTRA_INIT=waldio_test_init -I$ROOT/include" \
-      LIBS="$CACHE/link/waldio_init.c $CACHE/link/libwaldio.a -lpthread" \
+      LIBS="$LINK/waldio_init.c $LINK/libwaldio.a -lpthread" \
       >make.log 2>&1) || { tail -30 "$BLD/make.log" >&2; exit 1; }
   echo "$key" > "$BLD/.waldio-key"
 fi
