@@ -48,9 +48,11 @@
 #include "errors.h"
 #include "options.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #ifndef SQLITE_FCNTL_BLOCK_ON_CONNECT
 # define SQLITE_FCNTL_BLOCK_ON_CONNECT 44   /* SQLite 3.48+ */
@@ -73,6 +75,21 @@ static void close_shm_host(waldio_db_file *p){
   p->zShmHostName = 0;
 }
 
+/* Non-zero if a waldio log (a valid superblock in block 0) is at the WAL
+** path. Read with a plain descriptor: nothing locks or depends on it. */
+static int has_waldio_log(waldio_db_file *p){
+  u8 meta[WALDIO_META_BYTES];
+  wal_superblock sb;
+  int fd, ok = 0;
+  if( !p->zWalPath ) return 0;
+  fd = open(p->zWalPath, O_RDONLY|O_CLOEXEC);
+  if( fd<0 ) return 0;
+  ok = pread(fd, meta, sizeof(meta), 0)==(ssize_t)sizeof(meta)
+    && wf_decode_block0(meta, &sb)!=0;
+  close(fd);
+  return ok;
+}
+
 /* A database whose file does not start with SQLite's header is being
 ** transformed by a VFS above waldio (encryption, compression, obfuscation):
 ** its WAL would be as opaque as its pages, so waldio cannot lay it out.
@@ -84,7 +101,9 @@ int waldio_db_passthrough(waldio_db_file *p){
   char h[16];
   if( p->passthrough<0
    && f->pMethods->xRead(f, h, sizeof(h), 0)==SQLITE_OK ){
-    p->passthrough = memcmp(h, zMagic, sizeof(h))!=0;
+    /* A waldio log beside it says otherwise: page 1 was torn by a crash
+    ** (its good copy is in the log, which recovery replays). */
+    p->passthrough = memcmp(h, zMagic, sizeof(h))!=0 && !has_waldio_log(p);
   }
   return p->passthrough>0;
 }
@@ -303,7 +322,7 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       if( p->pWal && !log_inherited(p->pWal->pLog)
        && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF ){
         if( group_write_all(p->pWal->pLog)==SQLITE_OK && waldio_db_sync_level(p)>0 ){
-          log_sync(p->pWal->pLog);
+          log_sync_published(p->pWal->pLog, p->shm0);
         }
       }
       break;
@@ -371,7 +390,7 @@ static void dbShmBarrier(sqlite3_file *f){
   if( !p->pWal ) return;
   /* A failure here is kept in the log (poison or last error) and seen by
   ** the next WAL call; xShmBarrier itself cannot fail. */
-  waldio_wal_flush(p->pWal);
+  waldio_wal_barrier(p->pWal);
   p->pWal->inCommit = 0;
   if( p->pWal->wroteSinceBarrier && p->shm0
    && (p->holdsWriteLock || p->lockLevel==SQLITE_LOCK_EXCLUSIVE) ){

@@ -74,6 +74,8 @@ struct waldio_wal_file {
   u32 nBatchMax;             /* capacity in slots */
   u32 pendingFrame;          /* a frame header awaiting its page, or 0 */
   u8 aPending[WAL_FRAME_HDR_BYTES];
+  int needsSync;             /* persistent/ns: buffered frames to flush
+                             ** before the commit is published */
   int spilled;               /* this transaction wrote frames before its
                              ** commit (a large one): it commits buffered */
   int wroteSinceBarrier;     /* frames written since the last publication */
@@ -102,6 +104,10 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
                     int flags, int *pOutFlags);
 int waldio_wal_flush(waldio_wal_file *p);
 int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
+/* xShmBarrier (a publication): write held state, and flush what the
+** connection's promise (persistent, ns) needs durable before readers and
+** the application may see the commit. */
+int waldio_wal_barrier(waldio_wal_file *p);
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */

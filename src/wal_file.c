@@ -102,6 +102,29 @@ static int commit_flags(waldio_wal_file *p, int *pDirect){
   return level==1 ? LOG_ARM : 0;
 }
 
+/* persistent (O_DSYNC) and ns (direct, synchronous=NORMAL) make a commit
+** survive an OS crash by how they write it, without a sync from SQLite. */
+static int promises_without_sync(waldio_wal_file *p){
+  int sync = p->pDb->opts.sync;
+  return sync==WALDIO_SYNC_PERSISTENT
+      || (sync==WALDIO_SYNC_NS && waldio_db_sync_level(p->pDb)==1);
+}
+
+/* A buffered write under such a promise: the commit must be flushed
+** before SQLite publishes it (waldio_wal_barrier). */
+static void note_buffered(waldio_wal_file *p){
+  if( promises_without_sync(p) ) p->needsSync = 1;
+}
+
+int waldio_wal_barrier(waldio_wal_file *p){
+  int rc = waldio_wal_flush(p);
+  if( rc==SQLITE_OK && p->needsSync ){
+    rc = log_sync(p->pLog);
+    if( rc==SQLITE_OK ) p->needsSync = 0;
+  }
+  return rc;
+}
+
 /* What this connection's commit asks of the group write (log_group.h). */
 static int group_needs(waldio_wal_file *p){
   int level = waldio_db_sync_level(p->pDb);
@@ -142,7 +165,10 @@ static int overwrite_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
     int dsync = p->pDb->opts.sync==WALDIO_SYNC_PERSISTENT ? LOG_DSYNC : 0;
     rc = log_write_frame(p->pLog, frame, lo, hi, data, kind, dsync);
   }
-  if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
+  if( rc==SQLITE_OK ){
+    p->wroteSinceBarrier = 1;
+    note_buffered(p);
+  }
   return rc;
 }
 
@@ -163,6 +189,7 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
   rc = log_write_slots(p->pLog, p->batchFirst, n, p->aBatch, 0, n * slot,
                        LOG_WRITE_FRAME, flags);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
+  if( rc==SQLITE_OK && !direct ) note_buffered(p);
   if( isCommit ) p->spilled = 0;
   return rc;
 }
@@ -407,7 +434,7 @@ static int walSync(sqlite3_file *pFile, int flags){
   }
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
-  return rc ? rc : log_sync(p->pLog);
+  return rc ? rc : log_sync_published(p->pLog, shm_of(p));
 }
 
 static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){

@@ -153,6 +153,10 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_lock(&pLog->mutex);
   memcpy(pLog->aEpoch, (const void*)aHdr, WALINDEX_HDR_BYTES);
   pLog->epochValid = 1;
+  if( pLog->flushedSeq>=pLog->writeSeq ){      /* published what is durable */
+    memcpy(pLog->aSynced, (const void*)aHdr, WALINDEX_HDR_BYTES);
+    pLog->syncedValid = 1;
+  }
   pthread_mutex_unlock(&pLog->mutex);
 }
 
@@ -466,7 +470,19 @@ int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
 
 /* ------------------------------------------------------------ durability */
 
-static int do_sync(waldio_log *pLog, int fromFlusher){
+/* May a sync be skipped? Only when every write of this process is flushed
+** AND no other process has published anything since this process's last
+** flush (or own durable publication): a checkpoint in a process that wrote
+** nothing must still flush the frames another process left in the page
+** cache before it copies them (SQLite's sync before backfill). Mutex held. */
+static int nothing_to_flush(const waldio_log *pLog, const volatile void *shm0){
+  if( pLog->flushedSeq<pLog->writeSeq ) return 0;
+  return !shm0 || (pLog->syncedValid
+                   && memcmp((const void*)shm0, pLog->aSynced, WALINDEX_HDR_BYTES)==0);
+}
+
+static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher){
+  u8 aHdr[WALINDEX_HDR_BYTES];
   u64 target;
   int rc;
   pthread_mutex_lock(&pLog->mutex);
@@ -475,16 +491,21 @@ static int do_sync(waldio_log *pLog, int fromFlusher){
     return poisoned_error(pLog);
   }
   target = pLog->writeSeq;
-  if( pLog->flushedSeq>=target ){
+  if( nothing_to_flush(pLog, shm0) ){
     if( !fromFlusher ) pLog->stats.flushes_skipped++;
     pthread_mutex_unlock(&pLog->mutex);
     return SQLITE_OK;
   }
+  if( shm0 ) memcpy(aHdr, (const void*)shm0, WALINDEX_HDR_BYTES);
   pthread_mutex_unlock(&pLog->mutex);
   rc = dio_fdatasync(&pLog->file);
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
     if( target>pLog->flushedSeq ) pLog->flushedSeq = target;
+    if( shm0 ){
+      memcpy(pLog->aSynced, aHdr, WALINDEX_HDR_BYTES);  /* all it published */
+      pLog->syncedValid = 1;
+    }
     pLog->stats.flushes++;
     if( fromFlusher ) pLog->stats.timer_flushes++;
   }else{
@@ -494,8 +515,11 @@ static int do_sync(waldio_log *pLog, int fromFlusher){
   return rc;
 }
 
-int log_sync(waldio_log *pLog){ return do_sync(pLog, 0); }
-int log_sync_from_flusher(waldio_log *pLog){ return do_sync(pLog, 1); }
+int log_sync(waldio_log *pLog){ return do_sync(pLog, 0, 0); }
+int log_sync_published(waldio_log *pLog, const volatile void *shm0){
+  return do_sync(pLog, shm0, 0);
+}
+int log_sync_from_flusher(waldio_log *pLog){ return do_sync(pLog, 0, 1); }
 
 /* ------------------------------------------------------------- reporting */
 

@@ -14,7 +14,9 @@
 **       below physSize are allocated, written (zero-filled) and made durable
 **       before any frame uses them ("preallocation with explicit journaling").
 **   L2  flushedSeq <= writeSeq; every non-O_DSYNC write completed before a
-**       flush started is durable once flushedSeq reaches its sequence.
+**       flush started is durable once flushedSeq reaches its sequence. The
+**       sequences count this process's writes only: a sync SQLite asks for
+**       is skipped only if, besides, no other process published since.
 **   L3  A cached slot is served only while the wal-index header equals the
 **       epoch recorded when this process last wrote or published: any
 **       other writer changes that header (see wal_log.c).
@@ -122,6 +124,9 @@ struct waldio_log {
   frame_cache cache;
   u8 aEpoch[WALINDEX_HDR_BYTES];
   int epochValid;
+  u8 aSynced[WALINDEX_HDR_BYTES];   /* the wal-index header as of this process's
+                                    ** last flush or durable publication */
+  int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
   int poisoned;            /* L4 */
@@ -220,6 +225,10 @@ int log_set_empty(waldio_log *pLog, int keepGuard);
 
 /* Make every completed write durable (skipped if nothing is unflushed). */
 int log_sync(waldio_log *pLog);
+/* The same for SQLite's own xSync, given the wal-index (NULL in heap
+** mode): frames other processes wrote are flushed too, L2's skip applies
+** only while nobody published since this process's last flush. */
+int log_sync_published(waldio_log *pLog, const volatile void *shm0);
 int log_sync_from_flusher(waldio_log *pLog);
 
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);

@@ -51,51 +51,10 @@ def recording(mode: str, out_root: Path, txns: int = 80, seed: int = 7) -> Path:
     return _recordings[key]
 
 
-# libwaldio bugs this tool found; the tests below that reproduce them are
-# strict xfails until they are fixed (docs/crash.md, "What the checker found").
-BUG_TORN_HEADER = (
-    "libwaldio bug (src/db_file.c waldio_db_passthrough): a power-loss tear of a "
-    "checkpoint's write of database page 1 with garbage in its first sector makes "
-    "waldio take the database for one transformed by a VFS above it and pass its WAL "
-    "through; the lower VFS then refuses the waldio log (SQLITE_CANTOPEN), where stock "
-    "SQLite recovers page 1 from the WAL")
-BUG_NS_PAGE_CACHE = (
-    "libwaldio bug: with waldio_sync=ns a transaction that rewrites pages it has "
-    "spilled (frame overwrites and walRewriteChecksums go through the page cache) "
-    "is acknowledged while its frames are only in the page cache, and NORMAL asks "
-    "for no sync at commit; an OS crash then loses it, although NS promises that "
-    "an OS crash loses nothing")
-BUG_FOREIGN_FRAMES_SYNC = (
-    "libwaldio bug (src/wal_log.c do_sync): a checkpoint in a process that did not "
-    "write the frames skips the log sync SQLite asks for before it copies them (the "
-    "process's own writeSeq is flushed), so with synchronous=NORMAL (page cache) or "
-    "NS (direct writes, no flush) database pages are written before the frames they "
-    "come from are durable: corruption, holes and lost commits after an OS crash or "
-    "power loss")
-
-
-def known_bug(rec: crash.Recording, failure: Dict[str, Any]) -> str:
-    """The libwaldio bug a campaign failure is an instance of, or ''. Only
-    the torn database header is recognized from the state itself."""
-    key = crash.StateKey.parse(failure["id"].split("/")[-1])
-    if key.kind == "torn" and failure["reason"].startswith("unreadable: CantOpenError"):
-        (_k, img), = list(rec.states([key]))
-        torn = rec._item_at(key.t)
-        if torn is not None and torn.name == "c.db" and torn.off == 0 \
-                and img.torn_desc.rsplit(": ", 1)[-1][:1] == "g":
-            return BUG_TORN_HEADER
-    return ""
-
-
 def check_campaign(res: crash.CampaignResult) -> None:
-    """No failure, or only instances of a known libwaldio bug (then xfail,
-    naming it); anything else fails."""
-    if not res.failures:
-        return
-    rec = crash.Recording(Path(res.rec_dir))
-    unknown = [f for f in res.failures if not known_bug(rec, f)]
-    assert not unknown, "\n".join("%s: %s" % (f["id"], f["reason"]) for f in unknown[:10])
-    pytest.xfail("%d states hit a known bug: %s" % (len(res.failures), BUG_TORN_HEADER))
+    """Every state recovered to what its contract requires."""
+    assert not res.failures, "\n".join("%s: %s" % (f["id"], f["reason"])
+                                       for f in res.failures[:10])
 
 
 def test_recorder_is_built() -> None:
@@ -657,10 +616,13 @@ MULTI_CAMPAIGNS = [
     ("ckpt-proc", "waldio-full"), ("ckpt-proc", "waldio-persistent"), ("ckpt-proc", "wal-normal"),
     ("fork", "waldio-full"), ("fork", "waldio-group-durable"), ("fork", "wal-full"),
     ("fork", "waldio-normal"),
-    pytest.param("ckpt-proc", "waldio-normal",
-                 marks=pytest.mark.xfail(reason=BUG_FOREIGN_FRAMES_SYNC, strict=False)),
-    pytest.param("ckpt-proc", "waldio-ns",
-                 marks=pytest.mark.xfail(reason=BUG_FOREIGN_FRAMES_SYNC, strict=False)),
+    # Open (issue 9): one power-loss state of 300 recovers with an index
+    # that misses rows, after the fix that makes a checkpointing process
+    # flush the frames another process wrote; not yet diagnosed.
+    pytest.param("ckpt-proc", "waldio-normal", marks=pytest.mark.xfail(
+        strict=False, reason="open: a power-loss state recovers with a torn index "
+        "(checkpoint in another process, synchronous=NORMAL)")),
+    ("ckpt-proc", "waldio-ns"),
 ]
 
 
@@ -765,7 +727,7 @@ def test_fork_campaign_finds_a_child_writing_stale_frames(out_root: Path) -> Non
     assert all(r.passed for r in good), [r.reason for r in good if not r.passed]
 
 
-# ----------------------------- reproductions of the libwaldio bugs found here
+# -------------- reproductions of the libwaldio bugs found here (fixed: they must pass)
 
 class KnownBug(Exception):
     """Raised where a test sees the libwaldio bug it reproduces (so that the
@@ -809,7 +771,6 @@ def test_stock_sqlite_recovers_a_torn_database_header(out_root: Path, apsw_sqlit
     c.close()
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_TORN_HEADER)
 def test_waldio_recovers_a_torn_database_header(out_root: Path, apsw_sqlite: Any) -> None:
     """What stock SQLite does (the test above), through waldio. Found by the
     fork campaign: waldio crash --replay
@@ -833,7 +794,6 @@ def _recording_of(rec_dir: Path, live: Path, mode: str) -> crash.Recording:
     return crash.Recording(rec_dir)
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_NS_PAGE_CACHE)
 def test_ns_commit_of_a_large_transaction_survives_an_os_crash(out_root: Path) -> None:
     """NS (waldio_sync=ns) promises that an OS crash loses nothing: when a
     commit returns, no frame of it may be only in the page cache. A spilled
@@ -875,7 +835,6 @@ os._exit(0)
                        "COMMIT returned, e.g. %s" % (len(lost), len(frames), lost[0].describe()))
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_FOREIGN_FRAMES_SYNC)
 def test_checkpoint_in_another_process_makes_the_frames_durable_first(out_root: Path) -> None:
     """SQLite syncs the WAL before a checkpoint writes any database page, so
     that every page it writes is backed by a durable frame; it does so in the
