@@ -176,11 +176,13 @@ def test_sync_modes(sqlite: Any, dbdir: Path) -> None:
         if mode == "persistent":
             # Every log write was O_DSYNC (one per commit: a commit's frames
             # go out together), except the superblock written at creation;
-            # no separate flush was needed.
+            # no flush per commit: only SQLite's first sync is a flush (until
+            # this process has flushed or published, another process's
+            # frames may be unflushed: wal_log.h L2).
             assert st["frames_written"] >= 150
             assert st["dsync_writes"] >= 150
             assert st["log_writes"] - st["dsync_writes"] <= 1
-            assert st["flushes"] == 0
+            assert st["flushes"] <= 1
         elif mode == "full":
             # One write and one flush per commit.
             assert st["flushes"] >= 150 and st["dsync_writes"] == 0
