@@ -23,31 +23,9 @@ from typing import Any, Dict, Optional
 from waldio import crash
 
 DESCRIPTION = """\
-Crash-consistency campaign. For each mode, a workload (autocommit and
-multi-statement transactions, spilled and rolled-back transactions,
-checkpoints of every kind, readers that pin the log, reopening) runs with
-the crash recorder below SQLite and waldio; every write, direct write, FUA
-write, sync, truncate, create and delete is logged with its bytes.
-
-Workloads (--workload; default: mixed and the three multi-process ones):
-  mixed      one writer process (bank: transfers only; two-writers: two
-             writer connections of one process)
-  two-procs  two writer processes committing interleaved transactions
-  ckpt-proc  a writer process and a process that runs PASSIVE, FULL,
-             RESTART and TRUNCATE checkpoints and read transactions
-  fork       a process that forks while group-async commits are still
-             buffered; the child exits (exit(): atexit handlers; _exit())
-             or opens its own connection and commits while the parent
-             leaves group mode, checkpoints (TRUNCATE) and commits
-Every process of a multi-process workload loads the recorder and waldio and
-appends to one event log (one O_APPEND write per event, so the file's order
-is the order of the system calls); each transaction takes its place g in
-the commit order inside the transaction and marks "commit" before COMMIT
-and "ack" after it with its writer, its number and g. A state must then be
-the database after the first k transactions of that order, k covering the
-largest g the contract requires: every required transaction of every
-writer. Group modes need the database to themselves and run only the
-single-process workloads (and, for group durable, fork). Crash
+Crash-consistency campaign. For each mode and workload, the workload runs
+with the crash recorder below SQLite and waldio; every write, direct write,
+FUA write, sync, truncate, create and delete is logged with its bytes. Crash
 states are then generated from the log with a page cache (buffered writes,
 durable after that file's fsync/fdatasync) and one volatile device write
 cache (direct writes; a flush makes everything durable, an RWF_DSYNC write
@@ -78,9 +56,32 @@ mode's contract makes durable at that crash point:
     (the group_ms bound) is measured and printed
 A "flush" is a completed fdatasync of the log, by any process (a sync of the
 database file does not write the log's page cache back).
+
+Workloads (--workload; default: mixed and the three multi-process ones):
+  mixed      one writer process: autocommit and multi-statement
+             transactions, spilled and rolled-back transactions, checkpoints
+             of every kind, readers that pin the log, reopening (also: bank,
+             transfers only; two-writers, two connections of one process)
+  two-procs  two writer processes committing interleaved transactions
+  ckpt-proc  a writer process and a process that runs PASSIVE, FULL,
+             RESTART and TRUNCATE checkpoints and read transactions
+  fork       a process that forks while group-async commits are still
+             buffered; the child exits (exit(): atexit handlers; _exit())
+             or opens its own connection and commits while the parent
+             leaves group mode, checkpoints (TRUNCATE) and commits
+Every process of a multi-process workload loads the recorder and waldio and
+appends to one event log (one O_APPEND write per event: the file's order is
+the order of the system calls). Each transaction learns its place g in the
+commit order inside the transaction and marks "commit" before COMMIT and
+"ack" after it with its writer, its number and g; a state must hold the
+first k transactions of that order, k covering the largest g the contract
+requires: every required transaction of every writer. Group modes need the
+database to themselves: they run the single-process workloads only (and
+group durable also fork, leaving group mode while a child lives).
+
 Failures print a reproducer id; --replay ID rebuilds exactly that state from
-the saved recording and re-checks it, with a row diff (the multi-process
-workloads are recorded again only approximately: keep the recording).
+the saved recording and re-checks it, with a row diff (a multi-process
+workload recorded again takes another interleaving: keep the recording).
 """
 
 

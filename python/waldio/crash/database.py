@@ -55,7 +55,7 @@ def configure(conn: Any, mode: Mode) -> None:
     conn.execute("PRAGMA wal_autocheckpoint=32")
 
 
-def _create_reserved(path: Path) -> None:
+def create_stock_base(path: Path) -> None:
     """The base database made by stock SQLite with 24 reserved bytes per
     page (SQLITE_FCNTL_RESERVE_BYTES before the first write)."""
     from waldio import drivers
@@ -84,7 +84,7 @@ def make_base(mode: Mode, db: Path, workload: str, seed: int, txns: int,
     # without a checkpoint: the base holds a standard WAL with committed
     # frames, which waldio converts at its first open.
     stock = Mode("stock", False, "FULL")
-    _create_reserved(db)
+    create_stock_base(db)
     cut = next(i for i, st in enumerate(steps) if st.kind == "txn" and st.n > txns // 3)
     first, rest = steps[:cut], steps[cut:]
     r = Runner(stock, db, vfs="unix")

@@ -42,7 +42,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import waldio
 
-from .database import Runner, configure, create_base, open_db
+from .database import Runner, configure, create_base, create_stock_base, open_db
 from .events import mark_name
 from .modes import Mode, get_mode
 from .workload import ACCOUNTS, Step, apsw_module, process_steps
@@ -101,15 +101,14 @@ def make_base_multi(mode: Mode, db: Path, workload: str, seed: int, txns: int,
     writer, how many of its transactions the base already holds, and their
     (g, writer, n) (acknowledged and durable before the recording).
 
-    waldio-from-stock: stock SQLite commits the first third of writer 0's
-    transactions and closes without a checkpoint, so the processes of the
-    run find a standard WAL, and the first of them to open it converts it
-    (format.md §7) while the other one opens it too."""
+    waldio-from-stock: stock SQLite commits writer 0's first transactions
+    (a sixth of the run's) and closes without a checkpoint, so the
+    processes of the run find a standard WAL, and the first of them to open
+    it converts it (format.md §7) while the other one opens it too."""
     if not mode.from_stock:
         create_base(mode, db, vfs=vfs)
         return {}, []
-    from .database import _create_reserved
-    _create_reserved(db)
+    create_stock_base(db)
     steps = process_steps(workload, seed, txns)[0]
     first = [st for st in steps if st.kind == "txn"][: max(1, txns // 6)]
     stock = Mode("stock", False, "FULL")
