@@ -51,10 +51,34 @@ def recording(mode: str, out_root: Path, txns: int = 80, seed: int = 7) -> Path:
     return _recordings[key]
 
 
+BUG_SHRINK_BEFORE_EMPTY = (
+    "libwaldio bug (src/wal_log.c log_truncate): a TRUNCATE checkpoint rewrites "
+    "block 0 as empty without a flush (advisory) and then shrinks the log to its "
+    "preallocation; a crash that keeps the new size but not block 0 replays a "
+    "truncated prefix of the checkpointed generation over the newer database, "
+    "reverting it: acknowledged FULL commits lost")
+
+
+def shrink_before_empty(rec: crash.Recording, failure: Dict[str, Any]) -> bool:
+    """Is this failed state an instance of BUG_SHRINK_BEFORE_EMPTY: the log's
+    shrink kept while a rewrite of its block 0 before the shrink was lost?"""
+    key = crash.StateKey.parse(failure["id"].split("/")[-1])
+    (_k, img), = list(rec.states([key]))
+    shrinks = [it for it in img.kept if it.op == "T" and it.name.endswith("-wal")]
+    return any(d.op == crash.W and d.name == s.name and d.off == 0 and d.idx < s.idx
+               for s in shrinks for d in img.dropped)
+
+
 def check_campaign(res: crash.CampaignResult) -> None:
-    """Every state recovered to what its contract requires."""
-    assert not res.failures, "\n".join("%s: %s" % (f["id"], f["reason"])
-                                       for f in res.failures[:10])
+    """Every state recovered to what its contract requires; states that
+    show the open libwaldio bug BUG_SHRINK_BEFORE_EMPTY (and nothing else)
+    make the test an xfail naming it."""
+    if not res.failures:
+        return
+    rec = crash.Recording(Path(res.rec_dir))
+    other = [f for f in res.failures if not shrink_before_empty(rec, f)]
+    assert not other, "\n".join("%s: %s" % (f["id"], f["reason"]) for f in other[:10])
+    pytest.xfail("%d states: %s" % (len(res.failures), BUG_SHRINK_BEFORE_EMPTY))
 
 
 def test_recorder_is_built() -> None:
@@ -616,13 +640,9 @@ MULTI_CAMPAIGNS = [
     ("ckpt-proc", "waldio-full"), ("ckpt-proc", "waldio-persistent"), ("ckpt-proc", "wal-normal"),
     ("fork", "waldio-full"), ("fork", "waldio-group-durable"), ("fork", "wal-full"),
     ("fork", "waldio-normal"),
-    # Open (issue 9): one power-loss state of 300 recovers with an index
-    # that misses rows, after the fix that makes a checkpointing process
-    # flush the frames another process wrote; not yet diagnosed.
-    pytest.param("ckpt-proc", "waldio-normal", marks=pytest.mark.xfail(
-        strict=False, reason="open: a power-loss state recovers with a torn index "
-        "(checkpoint in another process, synchronous=NORMAL)")),
-    ("ckpt-proc", "waldio-ns"),
+    # The torn index once seen here is the shrink of BUG_SHRINK_BEFORE_EMPTY
+    # (check_campaign names it when it shows).
+    ("ckpt-proc", "waldio-normal"), ("ckpt-proc", "waldio-ns"),
 ]
 
 
@@ -896,13 +916,6 @@ ctl.execute("SELECT recorder_stop()").fetchall()
                        "durable (e.g. %s)" % (ckpt[0].describe(), len(volatile),
                                               volatile[-1].describe()))
 
-
-BUG_SHRINK_BEFORE_EMPTY = (
-    "libwaldio bug (src/wal_log.c log_truncate): a TRUNCATE checkpoint rewrites "
-    "block 0 as empty without a flush (advisory) and then shrinks the log to its "
-    "preallocation; a crash that keeps the new size but not block 0 replays a "
-    "truncated prefix of the checkpointed generation over the newer database, "
-    "reverting it: acknowledged FULL commits lost")
 
 
 @pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_SHRINK_BEFORE_EMPTY)
