@@ -456,6 +456,13 @@ int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
   keep = log_round_up(keep, g.block);
   pthread_mutex_lock(&pLog->growMutex);            /* L7 */
   rc = dio_file_size(&pLog->file, &phys);
+  if( rc==SQLITE_OK && phys>keep && size<WAL_HDR_BYTES ){
+    /* The empty block 0 must be durable before the file shrinks: a crash
+    ** could otherwise keep the shrink and lose the block-0 write, and
+    ** recovery would replay a prefix of a generation already copied into
+    ** the database -- older page images over newer ones. */
+    rc = dio_fdatasync(&pLog->file);
+  }
   if( rc==SQLITE_OK && phys>keep ){
     rc = dio_truncate(&pLog->file, keep);
     if( rc==SQLITE_OK ){

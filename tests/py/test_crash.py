@@ -51,34 +51,10 @@ def recording(mode: str, out_root: Path, txns: int = 80, seed: int = 7) -> Path:
     return _recordings[key]
 
 
-BUG_SHRINK_BEFORE_EMPTY = (
-    "libwaldio bug (src/wal_log.c log_truncate): a TRUNCATE checkpoint rewrites "
-    "block 0 as empty without a flush (advisory) and then shrinks the log to its "
-    "preallocation; a crash that keeps the new size but not block 0 replays a "
-    "truncated prefix of the checkpointed generation over the newer database, "
-    "reverting it: acknowledged FULL commits lost")
-
-
-def shrink_before_empty(rec: crash.Recording, failure: Dict[str, Any]) -> bool:
-    """Is this failed state an instance of BUG_SHRINK_BEFORE_EMPTY: the log's
-    shrink kept while a rewrite of its block 0 before the shrink was lost?"""
-    key = crash.StateKey.parse(failure["id"].split("/")[-1])
-    (_k, img), = list(rec.states([key]))
-    shrinks = [it for it in img.kept if it.op == "T" and it.name.endswith("-wal")]
-    return any(d.op == crash.W and d.name == s.name and d.off == 0 and d.idx < s.idx
-               for s in shrinks for d in img.dropped)
-
-
 def check_campaign(res: crash.CampaignResult) -> None:
-    """Every state recovered to what its contract requires; states that
-    show the open libwaldio bug BUG_SHRINK_BEFORE_EMPTY (and nothing else)
-    make the test an xfail naming it."""
-    if not res.failures:
-        return
-    rec = crash.Recording(Path(res.rec_dir))
-    other = [f for f in res.failures if not shrink_before_empty(rec, f)]
-    assert not other, "\n".join("%s: %s" % (f["id"], f["reason"]) for f in other[:10])
-    pytest.xfail("%d states: %s" % (len(res.failures), BUG_SHRINK_BEFORE_EMPTY))
+    """Every state recovered to what its contract requires."""
+    assert not res.failures, "\n".join("%s: %s" % (f["id"], f["reason"])
+                                       for f in res.failures[:10])
 
 
 def test_recorder_is_built() -> None:
@@ -640,8 +616,8 @@ MULTI_CAMPAIGNS = [
     ("ckpt-proc", "waldio-full"), ("ckpt-proc", "waldio-persistent"), ("ckpt-proc", "wal-normal"),
     ("fork", "waldio-full"), ("fork", "waldio-group-durable"), ("fork", "wal-full"),
     ("fork", "waldio-normal"),
-    # The torn index once seen here is the shrink of BUG_SHRINK_BEFORE_EMPTY
-    # (check_campaign names it when it shows).
+    # Found here, fixed: a TRUNCATE checkpoint's shrink of the log kept by a
+    # crash that lost the empty block 0 before it (a torn index).
     ("ckpt-proc", "waldio-normal"), ("ckpt-proc", "waldio-ns"),
 ]
 
@@ -918,7 +894,6 @@ ctl.execute("SELECT recorder_stop()").fetchall()
 
 
 
-@pytest.mark.xfail(strict=True, raises=KnownBug, reason=BUG_SHRINK_BEFORE_EMPTY)
 def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Path,
                                                                    apsw_sqlite: Any) -> None:
     """100 FULL commits grow the log beyond its 256 KiB preallocation; a
