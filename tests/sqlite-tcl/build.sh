@@ -23,7 +23,10 @@
 # the binary. A later run rebuilds only testfixture, and only when the
 # libwaldio.a it links (or waldio_init.c, waldio.h, this script) changed. The
 # library is copied into DIR first so a concurrent `ninja -C build` cannot
-# change it under the compiler. Runs under flock: concurrent callers wait.
+# change it under the compiler. Locks: the download under DIR/.lock (shared
+# with bench/speedtest1/build.sh), each build directory under its own lock,
+# so the two page-size builds can compile at the same time (each testfixture
+# is one single-threaded compiler run); concurrent callers of one build wait.
 #
 # The same binary is stock SQLite with WALDIO_TEST_VFS=stock (waldio is then
 # never registered); see waldio_init.c for the other variables.
@@ -62,8 +65,6 @@ if [ ! -f /usr/lib/tcl8.6/tclConfig.sh ]; then
 fi
 
 mkdir -p "$CACHE"
-exec 9>"$CACHE/.lock"
-flock 9
 
 case "$PAGESIZE" in
   1024) BLD="$CACHE/bld" ;;
@@ -108,7 +109,14 @@ fetch_source() {
   rm -rf "$SRC.tmp"
 }
 
-[ -x "$SRC/configure" ] || fetch_source
+(
+  exec 8>"$CACHE/.lock"
+  flock 8
+  [ -x "$SRC/configure" ] || fetch_source
+)
+mkdir -p "$BLD"
+exec 9>"$BLD.lock"
+flock 9
 
 # 2. Out-of-tree configure, once.
 if [ ! -f "$BLD/Makefile" ]; then

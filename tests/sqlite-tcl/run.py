@@ -10,6 +10,7 @@ file and variant: stock errors, waldio errors, failures expected by design
   tests/sqlite-tcl/run.py --list wal --variants pad4k,pad8k
   tests/sqlite-tcl/run.py --files wal.test wal2.test --json out.json
   tests/sqlite-tcl/run.py --show-failures          # tails of failing files
+  tests/sqlite-tcl/run.py --plan --stock needed --jobs 2   # what make test runs
 
 Exit status 0 when every waldio run ended normally with only expected (or
 stock-shared) failures, 1 otherwise.
@@ -35,6 +36,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="named list of test files (default: full)")
     p.add_argument("--files", nargs="+", metavar="NAME",
                    help="these test files instead of a list (e.g. wal.test)")
+    p.add_argument("--plan", action="store_true",
+                   help="run make test's plan (lists.make_test_plan: FULL with "
+                        "default options, LAYOUT per layout, EMBED forced) "
+                        "instead of --list/--files x --variants")
     p.add_argument("--variants", default="default",
                    help="comma-separated waldio variants: "
                         + ",".join(tclsuite.WALDIO_VARIANTS)
@@ -98,9 +103,13 @@ def main(argv: Optional[List[str]] = None) -> int:
         if v not in tclsuite.WALDIO_VARIANTS:
             sys.exit(f"run.py: unknown variant {v!r}")
     files = args.files or lists.LISTS[args.list]
-    harness = tclsuite.harness_for(variants, args.lib, args.testfixture)
+    if args.plan:
+        plan = lists.make_test_plan()
+    else:
+        plan = [(f, v) for f in files for v in variants]
+    harness = tclsuite.harness_for({v for _, v in plan}, args.lib,
+                                   args.testfixture)
     expected = tclsuite.load_expected(args.expected)
-    plan = [(f, v) for f in files for v in variants]
 
     def progress(r: tclsuite.FileResult) -> None:
         if not args.quiet:

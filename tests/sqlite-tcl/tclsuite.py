@@ -91,6 +91,8 @@ class FileResult:
     errors: Optional[int]          # N of "N errors out of M tests"
     tests: Optional[int]           # M
     failed: List[str]              # failed case names, first-failure order
+    why: Dict[str, str]            # case -> what it printed: "got: [...]" or
+                                   # "Error: ...", first failure of the name
     returncode: int
     seconds: float
     last_case: Optional[str]       # the last case that started
@@ -100,6 +102,7 @@ class FileResult:
 
 _SUMMARY = re.compile(r"^(\d+) errors out of (\d+) tests")
 _FAIL_LINE = re.compile(r"^! (\S+) expected: ")
+_GOT_LINE = re.compile(r"^! (\S+) got: +(.*)$")
 _FAILURES = re.compile(r"^!Failures on these tests:(.*)$")
 _CASE_START = re.compile(r"^(\S+)\.\.\.")
 _GIVING_UP = "*** Giving up..."
@@ -114,12 +117,15 @@ def parse_output(text: str) -> Dict[str, object]:
     tests: Optional[int] = None
     gave_up = False
     failed: List[str] = []
+    why: Dict[str, str] = {}
     last_case: Optional[str] = None
     pending: Optional[str] = None   # "name..." seen, outcome not yet
 
-    def fail(name: str) -> None:
+    def fail(name: str, text: str = "") -> None:
         if name not in failed:
             failed.append(name)
+        if text and not why.get(name):
+            why[name] = text[:2000]
 
     for line in text.splitlines():
         m = _SUMMARY.match(line)
@@ -135,22 +141,26 @@ def parse_output(text: str) -> Dict[str, object]:
         if m:
             fail(m.group(1))
             continue
+        m = _GOT_LINE.match(line)
+        if m:
+            fail(m.group(1), "got: " + m.group(2))
+            continue
         if line.startswith(_GIVING_UP):
             gave_up = True
             continue
         if line.startswith("Error: ") and pending:
-            fail(pending)          # do_test's command raised a Tcl error
+            fail(pending, line)    # do_test's command raised a Tcl error
             continue
         if _UNFREED.match(line):
-            fail(UNFREED_MEMORY)
+            fail(UNFREED_MEMORY, line)
             continue
         if _LEFT_OPEN.match(line):
-            fail(FILES_LEFT_OPEN)
+            fail(FILES_LEFT_OPEN, line)
             continue
         m = _CASE_START.match(line)
         if m:
             last_case = pending = m.group(1)
-    return {"errors": errors, "tests": tests, "failed": failed,
+    return {"errors": errors, "tests": tests, "failed": failed, "why": why,
             "last_case": last_case, "gave_up": gave_up}
 
 
@@ -212,7 +222,8 @@ def run_file(harness: Harness, name: str, variant: str, timeout: float,
     return FileResult(
         file=name, variant=variant, status=status,
         errors=parsed["errors"], tests=parsed["tests"],  # type: ignore[arg-type]
-        failed=parsed["failed"], returncode=proc.returncode,  # type: ignore[arg-type]
+        failed=parsed["failed"], why=parsed["why"],  # type: ignore[arg-type]
+        returncode=proc.returncode,
         seconds=round(seconds, 2), last_case=parsed["last_case"],  # type: ignore[arg-type]
         tail=[t[:300] for t in lines[-15:]], log=text if keep_log else None)
 
@@ -250,7 +261,8 @@ def needs_stock(r: FileResult, expected: "ExpectedList") -> bool:
     be excused or explained by stock failing too."""
     if r.status != COMPLETE:
         return True
-    return any(not expected.find(r.file, case, r.variant) for case in r.failed)
+    return any(not expected.find(r.file, case, r.variant, r.why.get(case, ""))
+               for case in r.failed)
 
 
 def run_suite(harness: Harness, plan: Sequence[tuple], timeout: float,
@@ -280,16 +292,21 @@ class Expected:
     """One line of expected-differences.txt. `case` is a test case name, or a
     glob (fnmatch) for the cases one loop of a test file generates with one
     and the same assertion (walcrash2-1.2.*: 1023 cases, each the -wal size).
-    `variants` empty: every waldio variant; else only those."""
+    `variants` empty: every waldio variant; else only those. `pattern`: a
+    regular expression that what the case printed must contain (re.search),
+    where the name alone is not specific enough (fault-injection loops)."""
     file: str
     case: str
     group: str
     reason: str
     variants: tuple = ()
+    pattern: str = ""
 
-    def matches(self, file: str, case: str, variant: str) -> bool:
+    def matches(self, file: str, case: str, variant: str,
+                why: str = "") -> bool:
         return (self.file == file and fnmatchcase(case, self.case)
-                and (not self.variants or variant in self.variants))
+                and (not self.variants or variant in self.variants)
+                and (not self.pattern or re.search(self.pattern, why) is not None))
 
 
 class ExpectedList:
@@ -302,9 +319,10 @@ class ExpectedList:
         for e in self.entries:
             self._by_file.setdefault(e.file, []).append(e)
 
-    def find(self, file: str, case: str, variant: str) -> Optional[Expected]:
+    def find(self, file: str, case: str, variant: str,
+             why: str = "") -> Optional[Expected]:
         for e in self._by_file.get(file, []):
-            if e.matches(file, case, variant):
+            if e.matches(file, case, variant, why):
                 return e
         return None
 
@@ -317,8 +335,8 @@ class ExpectedList:
 
 def load_expected(path: Path = EXPECTED_FILE) -> ExpectedList:
     """The expected-differences file, one line per case:
-        FILE[@VARIANT,...]  CASE-OR-GLOB  GROUP  REASON...
-    whitespace-separated, `#` comments."""
+        FILE[@VARIANT,...]  CASE-OR-GLOB  GROUP  [~REGEX]  REASON...
+    whitespace-separated (a REGEX has no spaces: write \\s), `#` comments."""
     entries: List[Expected] = []
     seen: set = set()
     for lineno, raw in enumerate(path.read_text().splitlines(), 1):
@@ -333,10 +351,17 @@ def load_expected(path: Path = EXPECTED_FILE) -> ExpectedList:
         for v in variants:
             if v not in WALDIO_VARIANTS:
                 raise ValueError(f"{path}:{lineno}: unknown variant {v!r}")
-        e = Expected(file, parts[1], parts[2], parts[3], variants)
-        if (e.file, e.case, e.variants) in seen:
+        reason, pattern = parts[3], ""
+        if reason.startswith("~"):
+            pattern, _, reason = reason[1:].partition(" ")
+            re.compile(pattern)
+            if not reason.strip():
+                raise ValueError(f"{path}:{lineno}: a pattern needs a reason")
+        e = Expected(file, parts[1], parts[2], reason.strip(), variants,
+                     pattern)
+        if (e.file, e.case, e.variants, e.pattern) in seen:
             raise ValueError(f"{path}:{lineno}: {e.file} {e.case} listed twice")
-        seen.add((e.file, e.case, e.variants))
+        seen.add((e.file, e.case, e.variants, e.pattern))
         entries.append(e)
     return ExpectedList(entries)
 
@@ -371,7 +396,8 @@ def judge(waldio: FileResult, stock: FileResult,
     unexp: List[str] = []
     stock_failed = set(stock.failed)
     for case in waldio.failed:
-        if expected.find(waldio.file, case, waldio.variant):
+        if expected.find(waldio.file, case, waldio.variant,
+                         waldio.why.get(case, "")):
             exp.append(case)
         elif case in stock_failed:
             both.append(case)
@@ -400,7 +426,8 @@ def judge_all(results: Iterable[FileResult],
             continue
         s = stock.get((r.file, sv)) or FileResult(
             file=r.file, variant=sv, status=NOT_RUN, errors=None,
-            tests=None, failed=[], returncode=0, seconds=0.0, last_case=None)
+            tests=None, failed=[], why={}, returncode=0, seconds=0.0,
+            last_case=None)
         out.append(judge(r, s, expected))
     return out
 
@@ -429,11 +456,16 @@ def harness_for(variants: Iterable[str], lib: Optional[Path] = None,
     1024-byte-page build instead of building it."""
     sizes = sorted({VARIANTS[v].page_size for v in variants})
     fixtures: Dict[int, Path] = {}
-    for size in sizes:
-        if size == 1024 and testfixture:
-            fixtures[size] = testfixture
-        else:
-            fixtures[size] = build(lib, size)
+    if 1024 in sizes and testfixture:
+        fixtures[1024] = testfixture
+    todo = [size for size in sizes if size not in fixtures]
+    if todo:
+        # Each testfixture is one single-threaded compiler run: build the
+        # page-size flavours side by side (build.sh locks each separately;
+        # the first download is shared under one lock).
+        with ThreadPoolExecutor(max_workers=len(todo)) as pool:
+            for size, path in zip(todo, pool.map(lambda n: build(lib, n), todo)):
+                fixtures[size] = path
     return Harness(fixtures, source_testdir(next(iter(fixtures.values()))))
 
 
