@@ -6,11 +6,12 @@ CMake builds four shared objects (CMakeLists.txt):
     libwaldio.so           the C library, for C programs and ctypes
     libwaldio_preload.so   the LD_PRELOAD library of ``waldio run``
     recorder.so            the crash recorder of ``waldio crash``
+    lsmvbt.so              the LS-MVBT virtual table (lsmvbt/, bench and crash modes)
 
 They are looked for, in this order:
 
 1. an environment variable naming the file (``WALDIO_EXTENSION``,
-   ``WALDIO_LIBRARY``, ``WALDIO_PRELOAD``, ``WALDIO_RECORDER``);
+   ``WALDIO_LIBRARY``, ``WALDIO_PRELOAD``, ``WALDIO_RECORDER``, ``WALDIO_LSMVBT``);
 2. ``_lib/`` in every directory of the package: an installed wheel has them
    there, an editable install (``pip install -e .``) in site-packages, and
    ``make build`` copies them into ``python/waldio/_lib`` of the checkout;
@@ -25,22 +26,24 @@ import os
 from pathlib import Path
 from typing import Dict, List, Optional
 
-__all__ = ["EXTENSION", "LIBRARY", "PRELOAD", "RECORDER", "find", "checkout_root",
+__all__ = ["EXTENSION", "LIBRARY", "PRELOAD", "RECORDER", "LSMVBT", "find", "checkout_root",
            "candidates"]
 
 EXTENSION = "waldio.so"
 LIBRARY = "libwaldio.so"
 PRELOAD = "libwaldio_preload.so"
 RECORDER = "recorder.so"
+LSMVBT = "lsmvbt.so"
 
 _ENV: Dict[str, str] = {
     EXTENSION: "WALDIO_EXTENSION",
     LIBRARY: "WALDIO_LIBRARY",
     PRELOAD: "WALDIO_PRELOAD",
     RECORDER: "WALDIO_RECORDER",
+    LSMVBT: "WALDIO_LSMVBT",
 }
 # Where each file lands in a CMake build directory.
-_IN_BUILD: Dict[str, str] = {RECORDER: "crash/recorder.so"}
+_IN_BUILD: Dict[str, str] = {RECORDER: "crash/recorder.so", LSMVBT: "lsmvbt/lsmvbt.so"}
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
