@@ -697,6 +697,8 @@ static int lv_update(sqlite3_vtab *pVtab, int argc, sqlite3_value **argv, sqlite
   int64_t key, old, kcol = 0;
   int has_rowid, has_kcol = 0;
 
+  /* A table created inside this transaction joined it without xBegin. */
+  if( !lsmvbt_in_txn(t->eng) && (rc = lsmvbt_begin(t->eng))!=LSMVBT_OK ) return eng_err(t, rc);
   if( argc==1 ){
     rc = lsmvbt_delete(t->eng, sqlite3_value_int64(argv[0]));
     if( rc==LSMVBT_NOTFOUND ) rc = LSMVBT_OK;
@@ -765,7 +767,8 @@ static int lv_update(sqlite3_vtab *pVtab, int argc, sqlite3_value **argv, sqlite
 /* ---- Transactions ----------------------------------------------------------------- */
 
 /* SQLite puts a table it just created into the transaction without xBegin:
-** xSync/xCommit/xRollback then find no engine transaction, and do nothing. */
+** its first xUpdate begins the engine transaction (lv_update); until then
+** xSync/xCommit/xRollback find no engine transaction, and do nothing. */
 static int lv_begin(sqlite3_vtab *pVtab){
   lv_table *t = (lv_table*)pVtab;
   int rc = lsmvbt_begin(t->eng);

@@ -361,6 +361,32 @@ static void test_two_tables_failed_sync(void){
   sqlite3_close(db);
 }
 
+/* A table created inside a transaction gets no xBegin (SQLite adds it to the
+** transaction at CREATE): writing it in the same transaction must work,
+** commit with the rest, and roll back with the rest. */
+static void test_create_and_fill_in_one_transaction(void){
+  sqlite3 *db = open_db(g_db);
+  EXEC_OK(db, "BEGIN");
+  EXEC_OK(db, "CREATE VIRTUAL TABLE c1 USING lsmvbt(id INTEGER PRIMARY KEY, v, prealloc=0)");
+  EXEC_OK(db, "INSERT INTO c1 VALUES(1, 'x'), (2, 'y')");
+  EXEC_OK(db, "CREATE VIRTUAL TABLE c2 USING lsmvbt(id INTEGER PRIMARY KEY, v, prealloc=0)");
+  EXEC_OK(db, "INSERT INTO c2 VALUES(1, 'z')");
+  EXEC_OK(db, "COMMIT");
+  EXEC_OK(db, "BEGIN");
+  EXEC_OK(db, "CREATE VIRTUAL TABLE c3 USING lsmvbt(id INTEGER PRIMARY KEY, v, prealloc=0)");
+  EXEC_OK(db, "INSERT INTO c3 VALUES(1, 'gone')");
+  EXEC_OK(db, "INSERT INTO c1 VALUES(3, 'gone')");
+  EXEC_OK(db, "ROLLBACK");
+  sqlite3_close(db);
+  db = open_db(g_db);
+  CHECK(same_rows(db, "SELECT * FROM c1", "VALUES(1, 'x'), (2, 'y')"));
+  CHECK(same_rows(db, "SELECT * FROM c2", "VALUES(1, 'z')"));
+  CHECK_EQ(query_int(db, "SELECT count(*) FROM sqlite_master WHERE name = 'c3'"), 0);
+  EXEC_OK(db, "DROP TABLE c1");
+  EXEC_OK(db, "DROP TABLE c2");
+  sqlite3_close(db);
+}
+
 int main(int argc, char **argv){
   const char *base = getenv("TMPDIR");
   if( argc<2 ){ fprintf(stderr, "usage: %s lsmvbt.so\n", argv[0]); return 2; }
@@ -373,6 +399,7 @@ int main(int argc, char **argv){
   test_bench_shape();
   test_options_and_errors();
   test_two_tables_failed_sync();
+  test_create_and_fill_in_one_transaction();
   unlink(g_db);
   {
     char p[600];
