@@ -32,6 +32,7 @@
 **   recorder_stop()                 stop; returns this process's events
 **   recorder_mark(name, value)      a MARK event ("ack", transaction number)
 **   recorder_hook_waldio(vfs)       hook that waldio VFS's system calls
+**                                   ('lsmvbt': the LS-MVBT engine's, lsmvbt.so)
 **   recorder_fault(call, skip, errno [, count, kind, minlen, maxlen, partial])
 **                                   fail matching calls (fault injection; up
 **                                   to 4 armed at once, first match wins):
@@ -785,21 +786,27 @@ static int s_unlink(const char *zPath){
   return r;
 }
 
-/* Replace the waldio_* system calls of VFS zVfs. Returns how many. */
+/* Replace the system calls of VFS zVfs: "waldio_*" (libwaldio, src/syscalls.h),
+** or "lsmvbt_*" when zVfs is "lsmvbt" (the LS-MVBT engine's table,
+** lsmvbt/io.c: open, close, pwrite, fdatasync, fsync, fallocate, rename,
+** unlink; it has no pwritev2 or ftruncate). Both engines' originals are the
+** libc calls, so the wrappers share one table of originals. Returns how many. */
 static int hook_waldio(const char *zVfs){
   static const struct { const char *zName; void **ppOrig; sqlite3_syscall_ptr x; } a[] = {
-    { "waldio_open",      (void**)&g_sys.xOpen,      (sqlite3_syscall_ptr)s_open },
-    { "waldio_close",     (void**)&g_sys.xClose,     (sqlite3_syscall_ptr)s_close },
-    { "waldio_pwrite",    (void**)&g_sys.xPwrite,    (sqlite3_syscall_ptr)s_pwrite },
-    { "waldio_pwritev2",  (void**)&g_sys.xPwritev2,  (sqlite3_syscall_ptr)s_pwritev2 },
-    { "waldio_fdatasync", (void**)&g_sys.xFdatasync, (sqlite3_syscall_ptr)s_fdatasync },
-    { "waldio_fsync",     (void**)&g_sys.xFsync,     (sqlite3_syscall_ptr)s_fsync },
-    { "waldio_fallocate", (void**)&g_sys.xFallocate, (sqlite3_syscall_ptr)s_fallocate },
-    { "waldio_ftruncate", (void**)&g_sys.xFtruncate, (sqlite3_syscall_ptr)s_ftruncate },
-    { "waldio_rename",    (void**)&g_sys.xRename,    (sqlite3_syscall_ptr)s_rename },
-    { "waldio_unlink",    (void**)&g_sys.xUnlink,    (sqlite3_syscall_ptr)s_unlink },
+    { "open",      (void**)&g_sys.xOpen,      (sqlite3_syscall_ptr)s_open },
+    { "close",     (void**)&g_sys.xClose,     (sqlite3_syscall_ptr)s_close },
+    { "pwrite",    (void**)&g_sys.xPwrite,    (sqlite3_syscall_ptr)s_pwrite },
+    { "pwritev2",  (void**)&g_sys.xPwritev2,  (sqlite3_syscall_ptr)s_pwritev2 },
+    { "fdatasync", (void**)&g_sys.xFdatasync, (sqlite3_syscall_ptr)s_fdatasync },
+    { "fsync",     (void**)&g_sys.xFsync,     (sqlite3_syscall_ptr)s_fsync },
+    { "fallocate", (void**)&g_sys.xFallocate, (sqlite3_syscall_ptr)s_fallocate },
+    { "ftruncate", (void**)&g_sys.xFtruncate, (sqlite3_syscall_ptr)s_ftruncate },
+    { "rename",    (void**)&g_sys.xRename,    (sqlite3_syscall_ptr)s_rename },
+    { "unlink",    (void**)&g_sys.xUnlink,    (sqlite3_syscall_ptr)s_unlink },
   };
+  const char *zPrefix = strcmp(zVfs, "lsmvbt")==0 ? "lsmvbt_" : "waldio_";
   sqlite3_vfs *v = sqlite3_vfs_find(zVfs);
+  char zName[32];
   size_t i;
   int n = 0;
   if( !v || v->iVersion<3 || !v->xGetSystemCall ) return -1;
@@ -808,10 +815,12 @@ static int hook_waldio(const char *zVfs){
     if( !g_fd ) return -1;
   }
   for(i=0; i<sizeof(a)/sizeof(a[0]); i++){
-    sqlite3_syscall_ptr cur = v->xGetSystemCall(v, a[i].zName);
+    sqlite3_syscall_ptr cur;
+    snprintf(zName, sizeof(zName), "%s%s", zPrefix, a[i].zName);
+    cur = v->xGetSystemCall(v, zName);
     if( !cur ) continue;
     if( cur!=a[i].x ) *a[i].ppOrig = (void*)cur;   /* hooking twice is harmless */
-    if( v->xSetSystemCall(v, a[i].zName, a[i].x)==SQLITE_OK ) n++;
+    if( v->xSetSystemCall(v, zName, a[i].x)==SQLITE_OK ) n++;
   }
   return n;
 }

@@ -37,6 +37,7 @@ contracts), :mod:`.workload` (transactions and reference digests),
 :mod:`.database` (opening and running), :mod:`.recorder` (recording in a
 child process), :mod:`.procs` (the processes of the multi-process workloads), :mod:`.events` (the event log), :mod:`.states` (crash states),
 :mod:`.oracle` (checking a state), :mod:`.campaign` (record, check, replay),
+:mod:`.lsmvbt` (the LS-MVBT modes' schema: one lsmvbt table under three views),
 :mod:`.kills`, :mod:`.corruption`, :mod:`.faults`, :mod:`.fuzz`;
 :mod:`.cli` is ``waldio crash``, ``__main__`` the child processes' entry.
 """
@@ -70,7 +71,17 @@ from .events import (
 from .faults import FAULT_CASES, fault_skip, run_fault
 from .fuzz import run_fuzz
 from .kills import run_kills
-from .modes import DEFAULT_MODES, LAYOUTS, MODELS, MODES, Mode, get_mode, mode_runs_workload
+from .modes import (
+    ALL_MODES,
+    DEFAULT_MODES,
+    LAYOUTS,
+    LSMVBT_MODES,
+    MODELS,
+    MODES,
+    Mode,
+    get_mode,
+    mode_runs_workload,
+)
 from .oracle import Outcome, check_files, verdict
 from .recorder import RecordingError, record
 from .states import Image, Recording
@@ -90,6 +101,7 @@ __all__ = [
     "REC_SYNC_BEGIN", "REC_SYNC_END", "REC_WRITE", "W", "Event", "Mark", "StateKey",
     "commit_order", "parse_events", "parse_mark",
     "FAULT_CASES", "fault_skip", "run_fault", "run_fuzz", "run_kills", "DEFAULT_MODES", "LAYOUTS",
+    "ALL_MODES", "LSMVBT_MODES",
     "MODELS", "MODES", "Mode", "get_mode", "mode_runs_workload", "Outcome", "check_files", "verdict", "RecordingError",
     "record", "Image", "Recording", "MULTI_WORKLOADS", "SINGLE_WORKLOADS", "WORKLOADS", "digest",
     "make_steps", "reference_digests",

@@ -2,6 +2,7 @@
 
     waldio crash                                   every mode and workload, 1000 states each
     waldio crash --mode waldio-full --states 10000 --seed 1
+    waldio crash --mode lsmvbt --states 3000 --kills 20    the LS-MVBT modes (issue 12)
     waldio crash --workload two-procs,ckpt-proc,fork --states 5000
     waldio crash --mode all --states 10000 --kills 200 --corruptions 300 \\
                  --faults 20 --fuzz-seconds 300 --json results/crash.json
@@ -91,10 +92,10 @@ def register(subparsers: Any) -> None:
                       "process kill for every journal mode",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", action="append", metavar="MODE",
-                   help="mode to test, repeatable: %s, or all (default: all); a waldio "
-                        "mode may name a log layout: waldio-full+pad4k. Test-only: "
-                        "delete-off (rollback journal, synchronous=OFF: must fail)"
-                        % ", ".join(crash.DEFAULT_MODES))
+                   help="mode to test, repeatable: %s, lsmvbt (the LS-MVBT modes), or all "
+                        "(default: all); a waldio mode may name a log layout: "
+                        "waldio-full+pad4k. Test-only: delete-off (rollback journal, "
+                        "synchronous=OFF: must fail)" % ", ".join(crash.ALL_MODES))
     p.add_argument("--layout", choices=crash.LAYOUTS,
                    help="run the waldio modes with this log layout (mode names get "
                         "+LAYOUT, e.g. waldio-full+pad4k); stock modes are skipped")
@@ -148,7 +149,10 @@ def main(args: argparse.Namespace) -> int:
         return 0 if ok else 1
     modes = args.mode or ["all"]
     if "all" in modes:
-        modes = list(crash.DEFAULT_MODES)
+        modes = list(crash.ALL_MODES)
+    if "lsmvbt" in modes:
+        i = modes.index("lsmvbt")
+        modes[i:i + 1] = [m for m in crash.LSMVBT_MODES if m not in modes]
     if args.layout:
         modes = [m + "+" + args.layout for m in modes if m in crash.MODES and crash.MODES[m].waldio]
     for m in modes:

@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from waldio import library
 
+from . import lsmvbt
 from .modes import Mode
 from .workload import SCHEMA, Step, apsw_module, make_steps, setup_sql
 
@@ -45,6 +46,8 @@ def open_db(mode: Mode, path: Path, *, vfs: Optional[str] = None) -> Any:
         conn = apsw.Connection(name, flags=flags, vfs=vfs or "waldio")
     else:
         conn = apsw.Connection("file:" + os.path.abspath(path), flags=flags, vfs=vfs or "unix")
+    if mode.lsmvbt:
+        lsmvbt.load(conn)
     conn.setbusytimeout(5000)
     return conn
 
@@ -104,7 +107,7 @@ def create_base(mode: Mode, path: Path, vfs: Optional[str] = None) -> None:
     conn = open_db(mode, path, vfs=vfs)
     conn.execute("PRAGMA page_size=4096")
     configure(conn, mode)
-    conn.execute(SCHEMA)
+    conn.execute(lsmvbt.schema(mode.lsmvbt) if mode.lsmvbt else SCHEMA)
     with conn:
         for sql, params in setup_sql():
             conn.execute(sql, params)

@@ -3,7 +3,11 @@
 A :class:`Mode` is a stock or waldio configuration (journal mode, synchronous
 level, waldio URI options and PRAGMAs) plus what it promises after a crash:
 which acknowledged transactions must survive under each crash model
-(:data:`MODELS`: process kill, OS crash, power loss).
+(:data:`MODELS`: process kill, OS crash, power loss).  An LS-MVBT mode
+(:attr:`Mode.lsmvbt`) keeps the workload's rows in an lsmvbt virtual table
+(:mod:`.lsmvbt`); its database, in rollback-journal mode, holds only the
+schema.  :attr:`Mode.models` are the crash models a mode promises anything
+for (``lsmvbt-normal``: a process kill only, lsmvbt/DESIGN.md §5.5).
 """
 from __future__ import annotations
 
@@ -40,6 +44,10 @@ class Mode:
     # third of the transactions, never checkpointed); waldio converts it at
     # its first open (format.md §7), during the recording.
     from_stock: bool = False
+    # LS-MVBT modes: the CREATE VIRTUAL TABLE options of the store (empty:
+    # not an LS-MVBT mode).
+    lsmvbt: Tuple[str, ...] = ()
+    models: Tuple[str, ...] = ("kill", "os", "power")
 
     def uri_options(self) -> Dict[str, str]:
         return dict(self.uri)
@@ -78,7 +86,34 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
 ]}
 
 
-DEFAULT_MODES = [m for m in MODES if not MODES[m].testonly]
+# LS-MVBT (issue 12). 32 KiB pages: the workload's largest value (5,000
+# bytes) must fit inline (lsmvbt/DESIGN.md §9). The database is in DELETE
+# mode: no reader connection can share the table (one handle per file), and
+# the workload skips readers and checkpoints outside WAL mode.
+LSMVBT_PAGE = "page_size=32768"
+for _m in [
+    Mode("lsmvbt-full", False, "FULL", journal="DELETE", lsmvbt=("sync=full", LSMVBT_PAGE)),
+    # Every optimization off: legacy splits, GC passes, the superblock in every
+    # commit (so every commit writes two or more pages), redistribution.
+    Mode("lsmvbt-mvbt", False, "FULL", journal="DELETE",
+         lsmvbt=("sync=full", LSMVBT_PAGE, "lazy_split=off", "reserve=off", "lazy_gc=off",
+                 "gc_period=4", "embed_metadata=off", "redistribute=on")),
+    # No fdatasync per commit: safe against a process kill only.
+    Mode("lsmvbt-normal", False, "NORMAL", journal="DELETE", lsmvbt=("sync=normal", LSMVBT_PAGE),
+         os_contract="none", power_contract="none", models=("kill",)),
+]:
+    MODES[_m.name] = _m
+
+
+# The WAL modes: what test_crash.py and `--layout` iterate over.
+DEFAULT_MODES = [m for m in MODES if not MODES[m].testonly and not MODES[m].lsmvbt]
+
+
+LSMVBT_MODES = [m for m in MODES if MODES[m].lsmvbt]
+
+
+# `waldio crash --mode all`.
+ALL_MODES = DEFAULT_MODES + LSMVBT_MODES
 
 
 LAYOUTS = ("embed", "pad4k", "pad8k")
@@ -123,5 +158,10 @@ _MULTI_EXCLUDED = {
 
 def mode_runs_workload(mode: str, workload: str) -> bool:
     """Whether `waldio crash` runs this mode (a name from MODES, maybe with a
-    +layout) with this workload."""
-    return mode.partition("+")[0] not in _MULTI_EXCLUDED.get(workload, ())
+    +layout) with this workload.  LS-MVBT modes run the single-connection
+    workloads (one handle per file: a second connection or process gets
+    SQLITE_BUSY)."""
+    base = mode.partition("+")[0]
+    if base in MODES and MODES[base].lsmvbt:
+        return workload in ("mixed", "bank")
+    return base not in _MULTI_EXCLUDED.get(workload, ())

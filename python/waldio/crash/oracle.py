@@ -1,7 +1,8 @@
 """The oracle: is a crash state correct for its mode?
 
 A state is opened (through waldio for waldio modes, through stock SQLite's unix
-VFS for stock modes) and must pass ``PRAGMA integrity_check``, equal the
+VFS for stock modes; LS-MVBT modes: unix with lsmvbt.so, which recovers the
+table) and must pass ``PRAGMA integrity_check`` (and ``lsmvbt_check``), equal the
 database after exactly the first k acknowledged transactions (a prefix, no
 holes), and k must cover every transaction the mode's contract makes durable
 at that point (:func:`verdict`).
@@ -14,6 +15,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import waldio
 
+from . import lsmvbt
 from .database import open_db
 from .modes import Mode
 from .workload import DB_NAME, apsw_module, digest
@@ -45,6 +47,9 @@ def check_files(mode: Mode, directory: Path, digests: Sequence[str],
         conn.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
         conn.execute("PRAGMA synchronous=OFF")
         out.integrity = ";".join(str(r[0]) for r in conn.execute("PRAGMA integrity_check"))
+        if mode.lsmvbt and out.integrity == "ok":
+            lc = lsmvbt.check(conn)           # the tree itself (the views hold no rows)
+            out.integrity = "ok" if lc == "ok" else "lsmvbt_check: " + lc
         if out.integrity == "ok":
             try:
                 out.meta_txn = conn.execute("SELECT txn FROM meta WHERE id = 1").fetchall()[0][0]

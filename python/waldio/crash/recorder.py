@@ -46,6 +46,18 @@ def load_recorder() -> None:
     c.close()
 
 
+def hook_lsmvbt() -> None:
+    """Load lsmvbt.so (after the recorder: its VFS copies the recorder) and hook its
+    system calls, so that the engine's writes, syncs and renames are recorded."""
+    from . import lsmvbt
+    c = apsw_module().Connection(":memory:")
+    lsmvbt.load(c)
+    hooked = c.execute("SELECT recorder_hook_waldio('lsmvbt')").fetchall()[0][0]
+    c.close()
+    if hooked < 8:
+        raise SystemExit("recorder_hook_waldio('lsmvbt') hooked only %s system calls" % hooked)
+
+
 def control_connection() -> Any:
     return apsw_module().Connection(":memory:")
 
@@ -106,7 +118,10 @@ def role_record(args: Dict[str, Any]) -> None:
     live.mkdir()
     load_recorder()
     vfs = "recorder"
-    if mode.waldio:
+    if mode.lsmvbt:
+        hook_lsmvbt()
+        ctl = control_connection()
+    elif mode.waldio:
         waldio.load()
         ctl = control_connection()
         hooked = ctl.execute("SELECT recorder_hook_waldio('waldio')").fetchall()[0][0]
