@@ -1,12 +1,14 @@
 """The vocabulary of a trace: file classes, columns, definitions, errors.
 
-The classes of SQLite's own files (db, wal, journal, shm, and the directory),
+The classes of SQLite's own files (db, wal, journal, shm, and the directory;
+lsmvbt: an LS-MVBT virtual table's file),
 the columns every table and JSON document reports (data, journal, JOJ,
 metadata, total) with their definitions (printed with every result), and
 where tracing cannot run here (:func:`unavailable_reason`).
 """
 from __future__ import annotations
 
+import glob
 import time
 from typing import Dict, List, Optional
 
@@ -17,6 +19,9 @@ SCHEMA_VERSION = 1
 
 # Class names of SQLite's files (blocktrace: named file classes).
 DB, WAL, JOURNAL, SHM, DIRECTORY = "db", "wal", "journal", "shm", "directory"
+
+
+LSMVBT = "lsmvbt"                   # an LS-MVBT table's file (the table's own database)
 
 
 SQLITE_CLASSES = (DB, WAL, JOURNAL, SHM)
@@ -88,6 +93,8 @@ def unavailable_reason(kind: str = "ext4") -> Optional[str]:
 
 
 def sqlite_files(db: str) -> Dict[str, List[str]]:
-    """The files SQLite and libwaldio keep next to database ``db``, by class."""
+    """The files SQLite and libwaldio keep next to database ``db``, by class
+    (``lsmvbt``: the LS-MVBT tables' files that exist now, lsmvbt/DESIGN.md §7)."""
     return {DB: [db], WAL: [db + "-wal"], JOURNAL: [db + "-journal"],
-            SHM: [db + "-shm", db + "-wal-shm"]}
+            SHM: [db + "-shm", db + "-wal-shm"],
+            LSMVBT: sorted(glob.glob(glob.escape(db) + "-*.lsmvbt"))}
