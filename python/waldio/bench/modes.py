@@ -7,7 +7,14 @@ plus optional PRAGMAs (``waldio-persistent`` adds ``PRAGMA
 waldio_sync=persistent``; ``<base>-async`` and ``<base>-durable`` add ``PRAGMA
 waldio_group=...``).  A new libwaldio mode is one more :class:`Mode` entry.
 ``raw-dio`` and ``raw-append`` run no SQLite at all: they are the system-call
-ceilings a commit cannot beat on the file system.
+ceilings a commit cannot beat on the file system.  An ``lsmvbt`` mode keeps the
+bench's tables in LS-MVBT virtual tables (lsmvbt/, issue 12): the database
+(stock ``unix`` VFS, WAL) holds only the schema, every row lives in the
+table's ``.lsmvbt`` file, and :attr:`Mode.vtab` are the ``CREATE VIRTUAL
+TABLE`` options (``lsmvbt-full``: every optimization on, one fdatasync per
+commit; ``lsmvbt-no-<optimization>``: the slides' ablation, one optimization
+off).  Invariant: every lsmvbt mode other than ``lsmvbt-normal`` commits with
+``sync=full``, so its rows survive a power loss as stock WAL FULL's do.
 
 A mode spec on the command line is ``NAME[:LAYOUT][@BUILD]`` (:func:`parse_modes`):
 ``waldio-full:pad4k`` runs waldio-full with the pad4k log layout,
@@ -45,10 +52,11 @@ class Mode:
     waldio_group: Optional[str] = None      # what PRAGMA waldio must report as "group"
     commit: str = ""                        # what one commit does
     durability: str = ""                    # what survives a crash
+    vtab: Tuple[str, ...] = ()              # lsmvbt: CREATE VIRTUAL TABLE options
 
     @property
     def is_sql(self) -> bool:
-        return self.kind in ("stock", "waldio")
+        return self.kind in ("stock", "waldio", "lsmvbt")
 
 
 def _stock_commit(jm: str, sync: str) -> str:
@@ -157,6 +165,37 @@ _add(Mode("raw-append", "raw",
           durability="ceiling of stock WAL FULL while the WAL grows"))
 
 
+# LS-MVBT (lsmvbt/DESIGN.md): the host database is stock WAL with the mode's
+# synchronous setting, which only labels it (no page of it is written while
+# the bench runs); the table's own sync option decides what a commit costs.
+_LSMVBT_DURABLE = "no loss on process crash, OS crash or power loss (lsmvbt/DESIGN.md §5.3)"
+_add(Mode("lsmvbt-full", "lsmvbt", "WAL", "FULL", vtab=("sync=full",),
+          commit="LS-MVBT: each dirty node written once into its page's other slot + one "
+                 "fdatasync of the .lsmvbt file per commit (all five optimizations on)",
+          durability=_LSMVBT_DURABLE))
+_add(Mode("lsmvbt-normal", "lsmvbt", "WAL", "NORMAL", vtab=("sync=normal",),
+          commit="LS-MVBT: dirty nodes written (page cache), no fdatasync per commit",
+          durability="no loss on process crash; OS crash or power loss may lose or corrupt "
+                     "the table (lsmvbt/DESIGN.md §5.5)"))
+
+
+# The slides' ablation: lsmvbt-full with one optimization switched off.
+LSMVBT_ABLATIONS: Dict[str, Tuple[str, str]] = {
+    "lsmvbt-no-lazy-split": ("lazy_split=off", "legacy MVBT split (the old node is written too)"),
+    "lsmvbt-no-reserve": ("reserve=off", "no reserved buffer space in nodes"),
+    "lsmvbt-no-lazy-gc": ("lazy_gc=off", "periodic garbage collection (every 64 commits)"),
+    "lsmvbt-no-embed": ("embed_metadata=off", "the header page is written by every commit too"),
+    "lsmvbt-redistribute": ("redistribute=on", "sibling redistribution enabled"),
+}
+for _name, (_opt, _what) in LSMVBT_ABLATIONS.items():
+    _add(Mode(_name, "lsmvbt", "WAL", "FULL", vtab=("sync=full", _opt),
+              commit=f"as lsmvbt-full, but {_what}", durability=_LSMVBT_DURABLE))
+_add(Mode("lsmvbt-mvbt", "lsmvbt", "WAL", "FULL",
+          vtab=("sync=full",) + tuple(o for o, _ in LSMVBT_ABLATIONS.values()),
+          commit="plain MVBT: all five LS-MVBT optimizations off, one fdatasync per commit",
+          durability=_LSMVBT_DURABLE))
+
+
 QUICK_MODES = ("wal-full", "wal-normal", "waldio-full", "waldio-normal", "waldio-persistent",
                "raw-dio")
 
@@ -166,6 +205,7 @@ SHORTCUTS: Dict[str, Tuple[str, ...]] = {
     "all-stock": tuple(n for n, m in MODES.items() if m.kind == "stock"),
     "all-waldio": tuple(n for n, m in MODES.items() if m.kind == "waldio"),
     "all-raw": tuple(n for n, m in MODES.items() if m.kind == "raw"),
+    "all-lsmvbt": tuple(n for n, m in MODES.items() if m.kind == "lsmvbt"),
     "all": tuple(MODES),
 }
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from waldio import params as _params
 
+from . import lsmvbt
 from .iostat import Device, Snapshot, device_delta, devices_for, proc_delta, sync_dir
 from .modes import RAW_APPEND_BYTES, RAW_BLOCK, ModeSpec
 from .plan import build_plan, record_value
@@ -79,7 +80,7 @@ class Bench:
         self.plans = [build_plan(settings, t) for t in range(settings.threads)]
         self.env = SqliteEnv()
         self.devices: List[Device] = []
-        self._templates: Dict[int, str] = {}
+        self._templates: Dict[Tuple[int, str], str] = {}
         self._walfill_rows = 0
 
     # ---------------------------------------------------------------- helpers
@@ -109,18 +110,24 @@ class Bench:
         est = sum(p.statements for p in self.plans) * 2 + 64
         return int(min(est, (1 << 30) // s.page_size))
 
-    def _build_template(self, reserve: int) -> str:
-        """Schema + pre-populated rows, written once; every repetition copies it."""
-        if reserve in self._templates:
-            return self._templates[reserve]
+    def _build_template(self, reserve: int, spec: Optional[ModeSpec] = None) -> str:
+        """Schema + pre-populated rows, written once; every repetition copies it.
+
+        lsmvbt modes get a template of their own (the table's options are in its schema)."""
+        vt = spec.mode if spec is not None and spec.mode.kind == "lsmvbt" else None
+        key = (reserve, vt.name if vt else "")
+        if key in self._templates:
+            return self._templates[key]
         import apsw
         s = self.s
         d = os.path.join(self.root, "templates")
         os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, f"template-r{reserve}.db")
+        path = os.path.join(d, f"template-r{reserve}{'-' + vt.name if vt else ''}.db")
         db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
                              vfs="unix")
         try:
+            if vt:
+                lsmvbt.load(db)
             if reserve:
                 cell = ctypes.c_int(reserve)
                 db.file_control("main", SQLITE_FCNTL_RESERVE_BYTES, ctypes.addressof(cell))
@@ -130,7 +137,7 @@ class Bench:
             db.execute("BEGIN")
             value = record_value(s.record_size)
             for t in s.table_names():
-                db.execute(create_table_sql(s, t))
+                db.execute(lsmvbt.create_sql(s, t, vt) if vt else create_table_sql(s, t))
                 if s.prepopulate:
                     db.executemany(f"INSERT INTO {t}(id, Value) VALUES(?, ?)",
                                    ((i, value) for i in range(1, s.prepopulate + 1)))
@@ -150,7 +157,7 @@ class Bench:
         if header[20] != reserve:
             raise BenchError(f"template: asked for {reserve} reserved bytes, got {header[20]}")
         os.sync()
-        self._templates[reserve] = path
+        self._templates[key] = path
         return path
 
     def _reserve_for(self, spec: ModeSpec) -> int:
@@ -358,10 +365,13 @@ class Bench:
         s = self.s
         T = s.threads
         ndb = 1 if s.shared_db else T
-        template = self._build_template(self._reserve_for(spec))
+        template = self._build_template(self._reserve_for(spec), spec)
         dbs = [os.path.join(d, "bench.db" if s.shared_db else f"bench-{i}.db") for i in range(ndb)]
+        is_lsmvbt = spec.mode.kind == "lsmvbt"
         for p in dbs:
             shutil.copyfile(template, p)
+            if is_lsmvbt:
+                lsmvbt.copy_files(template, p, s.table_names())
         per_txn_open = s.regime == "open-close"
         timed_open = "open" in s.timed and not per_txn_open
         conns: List[Any] = [None] * T
@@ -386,6 +396,10 @@ class Bench:
                 if is_waldio:
                     for t in first_of_db:
                         conns[t].rows("PRAGMA waldio_stats=reset")
+                if is_lsmvbt:
+                    rep["settings"].update(lsmvbt.settings(conns[0], s.table_names()[0]))
+            lsm_before = [lsmvbt.stats(conns[t], s.table_names()) for t in first_of_db] \
+                if is_lsmvbt and conns[0] is not None else None
             log_before = [_file_size(p + "-wal") for p in dbs]
             tc_before = [self._total_changes(c) for c in conns] if conns[0] is not None else None
             os.sync()
@@ -451,6 +465,13 @@ class Bench:
                         "unknown: PRAGMA waldio_stats needs an open connection to the log, and "
                         "the run's connections were closed inside the timed region"
                         + (" after every transaction (open-close regime)" if per_txn_open else ""))
+            if lsm_before is not None and conns[0] is not None:
+                after = [lsmvbt.stats(conns[t], s.table_names()) for t in first_of_db]
+                rep["waldio_stats"] = _sum_stats([lsmvbt.stats_delta(a, b)
+                                                  for a, b in zip(after, lsm_before)])
+                rep["waldio_stats_note"] = (
+                    "lsmvbt_stats() of every table (the LS-MVBT engine's counters; flushes = "
+                    "its fdatasyncs), read before and after the timed region, differenced")
             log_after = [_file_size(p + "-wal") for p in dbs]
             if s.reader_scans and conns[0] is not None:
                 rep["reader"] = self._reader(spec, dbs[0])
@@ -670,6 +691,12 @@ class Bench:
                 ic = [r[0] for r in c.rows("PRAGMA integrity_check")]
                 item(f"{tag}PRAGMA integrity_check", ["ok"], ic)
                 settings = read_settings(c, is_waldio)
+                if spec.mode.kind == "lsmvbt":
+                    tables = self.s.table_names()
+                    item(f"{tag}lsmvbt_check", ["ok"] * len(tables), lsmvbt.check(c, tables))
+                    settings.update(lsmvbt.settings(c, tables[0]))
+                    item(f"{tag}lsmvbt options read back", lsmvbt.expected(spec.mode),
+                         lsmvbt.effective(settings, spec.mode))
                 item(f"{tag}journal_mode read back", spec.mode.journal_mode.lower(),
                      str(settings.get("journal_mode")).lower())
                 item(f"{tag}synchronous read back", spec.mode.synchronous,

@@ -3,8 +3,8 @@
 :class:`SqliteEnv` loads waldio into apsw's SQLite and (through
 :mod:`waldio.drivers`) into the system SQLite, each with its own copy of
 waldio.so; :class:`Opener` opens a connection for a mode (VFS, URI options,
-PRAGMAs in a fixed order) and :func:`read_settings` reads back every setting
-as in effect.
+PRAGMAs in a fixed order; lsmvbt modes: lsmvbt.so loaded first) and
+:func:`read_settings` reads back every setting as in effect.
 """
 from __future__ import annotations
 
@@ -197,6 +197,9 @@ class Opener:
     def open(self, path: str) -> Any:
         conn = self.env.connect(self.spec.sqlite or "apsw", path, self.vfs, self.options)
         try:
+            if self.spec.mode.kind == "lsmvbt":   # before the first use of a table
+                from . import lsmvbt
+                lsmvbt.load(conn.raw)
             _busy(conn, self.s.busy_timeout_ms)
             for p in self.pragmas:
                 conn.rows(p)
@@ -209,6 +212,9 @@ class Opener:
             for p in self.after:
                 conn.rows(p)
             conn.rows("SELECT count(*) FROM sqlite_master")  # opens the WAL in WAL mode
+            if self.spec.mode.kind == "lsmvbt":   # connect (open + recover) each table now
+                from . import lsmvbt
+                lsmvbt.connect_tables(conn, self.s.table_names())
         except Exception as e:
             conn.close()
             if self.vfs == "waldio" and not isinstance(e, BenchError):
