@@ -13,7 +13,7 @@ Public API:
 * :class:`Driver` (protocol): ``name``, ``kind``, ``sqlite_version``, ``connect()``,
   ``load_extension()``;
 * :class:`Connection`: ``execute()``, ``executescript()``, ``changes()``,
-  ``load_extension()``, ``close()``, context manager, ``filename``;
+  ``load_extension()``, ``sqlite3_pointer()``, ``close()``, context manager, ``filename``;
 * :class:`SQLiteError`: the one exception class both backends raise for errors
   SQLite reports (primary code, extended code, message);
 * :func:`available_drivers` and :func:`driver_by_name`.
@@ -263,6 +263,15 @@ class Connection(ABC):
                 raise _closed_error()
             return self._file_control_int(dbname, op, value)
 
+    def sqlite3_pointer(self) -> int:
+        """The address of the ``sqlite3*`` handle, for C code that drives this connection
+        (waldio bench's C transaction loop). The caller must not close it, and must not
+        use it while another call on this connection runs."""
+        with self._lock:
+            if self._closed:
+                raise _closed_error()
+            return self._sqlite3_pointer()
+
     def close(self) -> None:
         """Close the connection; closing twice is harmless."""
         with self._lock:
@@ -299,6 +308,9 @@ class Connection(ABC):
 
     @abstractmethod
     def _file_control_int(self, dbname: str, op: int, value: int) -> int: ...
+
+    @abstractmethod
+    def _sqlite3_pointer(self) -> int: ...
 
     @abstractmethod
     def _close(self) -> None: ...
@@ -441,6 +453,9 @@ class _ApswConnection(Connection):
         except apsw.Error as exc:
             raise _apsw_error(exc) from None
         return cell.value
+
+    def _sqlite3_pointer(self) -> int:
+        return int(self._db.sqlite3pointer())
 
     def _close(self) -> None:
         self._db.close(True)
@@ -723,6 +738,10 @@ class _CtypesConnection(Connection):
         if rc != SQLITE_OK:
             raise self._lib.error(self._db, rc)
         return cell.value
+
+    def _sqlite3_pointer(self) -> int:
+        assert self._db is not None
+        return int(self._db)
 
     def _close(self) -> None:
         db, self._db = self._db, None

@@ -18,6 +18,7 @@ import argparse
 import json
 import sys
 import time
+from typing import List
 
 from waldio import bench as B
 
@@ -187,6 +188,31 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g.add_argument("--dir", metavar="DIR",
                    help="run in a private sub-directory of DIR instead of a loop file system")
 
+    g = p.add_argument_group("harness (docs/bench.md, 'The timed loop')")
+    g.add_argument("--loop", choices=("native", "python"), default="native",
+                   help="native: the planned transactions run in a C loop with two timestamps "
+                        "per transaction (default); python: the Python loop (the open-close "
+                        "regime always uses it)")
+    g.add_argument("--statements", choices=("prepared", "exec"), default="prepared",
+                   help="prepared: each SQL text prepared once, bound per execution (default); "
+                        "exec: one SQL text per transaction with literal values through "
+                        "sqlite3_exec(), parsed every time, as Mobibench does (--loop native)")
+    g.add_argument("--no-calibration", dest="calibration", action="store_false",
+                   help="skip the calibration round that measures the harness overhead per "
+                        "transaction and SQLite build (in-memory, synchronous=OFF)")
+
+    g = p.add_argument_group("Mobibench side by side (issue 13; docs/bench.md)")
+    g.add_argument("--compare-mobibench", action="store_true",
+                   help="build Mobibench 1ad7644 and f56ea5e from their public source against "
+                        "the system SQLite and run them interleaved with waldio bench --sqlite "
+                        "system (presets mobibench-2015 / mobibench), DELETE, TRUNCATE, PERSIST "
+                        "and WAL, on --dir's file system (default /var/tmp) and a fresh loop "
+                        "ext4; takes --repetitions, --transactions, --statements, --json; more "
+                        "options: python3 -m waldio.bench.compare_mobibench --help")
+    g.add_argument("--mobibench-source", metavar="PATH|URL",
+                   help="a git clone of ESOS-Lab/Mobibench or a URL to clone (default: "
+                        "$WALDIO_MOBIBENCH_SRC, a local mirror, else GitHub)")
+
     g = p.add_argument_group("statistics")
     g.add_argument("--repetitions", type=int_at_least(1), metavar="N",
                    help="measured rounds (default 5)")
@@ -226,6 +252,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if args.dir is not None and args.fs is not None:
         parser.error("--dir and --fs exclude each other: --dir runs in an existing directory, "
                      "--fs makes a fresh loop file system")
+    if args.compare_mobibench:
+        return run_compare_mobibench(args)
+    if args.mobibench_source is not None:
+        parser.error("--mobibench-source applies to --compare-mobibench only")
     if args.phases and "speedtest1" in args.phases:
         return run_speedtest1(args)
     for opt in ("size", "speedtest1_binary", "speedtest1_lib"):
@@ -246,7 +276,8 @@ def run_bench(args: argparse.Namespace) -> int:
     elif "wal-full" not in labels:
         settings.notes.append(f"baseline is {labels[0]} (wal-full is not among the modes)")
     try:
-        runner = B.Bench(settings, modes)
+        runner = B.Bench(settings, modes, loop=args.loop, statements=args.statements,
+                         calibrate=args.calibration)
     except B.BenchError as e:
         parser.error(str(e))
 
@@ -296,6 +327,35 @@ def run_bench(args: argparse.Namespace) -> int:
     if problems:
         return 3
     return 0 if doc["ok"] else 1
+
+
+def compare_mobibench_argv(args: argparse.Namespace) -> List[str]:
+    """The command line of :mod:`.compare_mobibench` that ``waldio bench`` passes on."""
+    argv: List[str] = []
+    for opt in ("repetitions", "transactions", "json", "mobibench_source"):
+        v = getattr(args, opt)
+        if v is not None:
+            argv += [f"--{opt.replace('_', '-')}", str(v)]
+    if args.statements != "prepared":     # waldio bench's default; the comparison's is exec
+        argv += ["--statements", args.statements]
+    if args.dir is not None:
+        argv += ["--root-dir", args.dir]
+    return argv
+
+
+def run_compare_mobibench(args: argparse.Namespace) -> int:
+    from waldio.bench import compare_mobibench as C
+    parser: argparse.ArgumentParser = args._parser
+    passed = ("repetitions", "transactions", "json", "mobibench_source", "dir", "statements",
+              "compare_mobibench", "plain", "quiet")
+    given = [a for a in SETTING_ARGS if a not in passed and getattr(args, a, None) is not None]
+    if args.modes is not None:
+        given.append("modes")
+    if given:
+        parser.error(f"--compare-mobibench: {', '.join('--' + g.replace('_', '-') for g in given)}"
+                     f" do not apply (the cells are fixed by Mobibench's settings; see "
+                     f"python3 -m waldio.bench.compare_mobibench --help)")
+    return C.main(compare_mobibench_argv(args))
 
 
 # options of the SQL workload that speedtest1 does not have (it has its own workload)

@@ -144,6 +144,8 @@ def progress_reporter(printer: Printer, enabled: bool, total: int
         task = prog.add_task("starting", total=total)
 
         def cb(ev: Dict[str, Any]) -> None:
+            if ev["event"] not in ("start", "done"):
+                return
             what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
             if ev["event"] == "start":
                 prog.update(task, description=f"{ev['mode']:<22} {what}")
@@ -333,10 +335,40 @@ def print_results(out: Printer, doc: Dict[str, Any], notes: bool = True) -> None
     ws = waldio_stats_table(doc)
     if ws:
         out.table(*ws)
+    ht = harness_table(doc)
+    if ht:
+        out.table(*ht)
     if notes:
         for n in nts:
             out.line(f"- {n}")
         out.line("")
+
+
+def _us(sm: Optional[Dict[str, Any]]) -> str:
+    if not sm:
+        return "-"
+    return f"{sm['median']:.2f} ({sm['min']:.2f}-{sm['max']:.2f})"
+
+
+def harness_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List[str]]]]:
+    """The calibration round: SQLite's own cost per transaction and what each loop adds."""
+    h = doc["params"]["bench"].get("harness") or {}
+    cal = h.get("calibration")
+    if not cal:
+        return None
+    cols = ["SQLite build", "txns", "SQLite alone us/txn", "C loop +us/txn",
+            "Python loop +us/txn"]
+    rows = []
+    for b in cal["builds"]:
+        ov = b["overhead_us_per_txn"]
+        rows.append([f"{b['build']} {b['sqlite_version']}", str(b["transactions"]),
+                     _us(b["us_per_txn"].get("bare")), _us(ov.get("native")),
+                     _us(ov.get("python"))])
+    title = (f"harness overhead per transaction (this run's timed loop: {cal['loop_used']}, "
+             f"statements {h.get('statements')}): calibration on in-memory databases, "
+             f"synchronous=OFF, {cal['builds'][0]['rounds']} rounds, median (min-max); "
+             f"'SQLite alone' = the C loop without timestamps")
+    return title, cols, rows
 
 
 def phase_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List[str]]]]:
@@ -483,6 +515,8 @@ def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
     bench = dict(doc["params"]["bench"])
     bench.pop("plan", None)
     bench.pop("modes", None)            # the settings table lists them
+    if isinstance(bench.get("harness"), dict):   # the calibration has its own table
+        bench["harness"] = {k: v for k, v in bench["harness"].items() if k != "calibration"}
     if "mixed" not in bench.get("phases", []):
         bench.pop("mix", None)
     for k in _HEADER_UNSET:

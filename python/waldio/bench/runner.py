@@ -31,6 +31,8 @@ from waldio import params as _params
 from . import lsmvbt
 from .iostat import Device, Snapshot, device_delta, devices_for, proc_delta, sync_dir
 from .modes import RAW_APPEND_BYTES, RAW_BLOCK, ModeSpec
+from .calibrate import calibrate
+from .native import LOOPS, STATEMENT_STYLES, CompiledPlan, Prepared, Result, TxnLoop
 from .plan import build_plan, record_value
 from .provenance import UNKNOWN, timestamp, tool_info
 from .settings import (
@@ -60,13 +62,44 @@ WALFILL_TABLE = "_bench_walfill"
 ProgressFn = Callable[[Dict[str, Any]], None]
 
 
+_env_lock = threading.Lock()
+_env: Optional[SqliteEnv] = None
+
+
+def process_env() -> SqliteEnv:
+    """The SQLite builds of this process, with waldio loaded into each at most once.
+
+    Shared by every Bench of the process: SQLite keeps a registered VFS for the life
+    of the process, and a second copy of waldio.so loaded into the system SQLite is
+    refused (a VFS named "waldio" exists), so a second run must reuse the first load.
+    """
+    global _env
+    with _env_lock:
+        if _env is None:
+            _env = SqliteEnv()
+        return _env
+
+
 class Bench:
     """Runs every mode, interleaved, and returns the result document (see bench.schema.json)."""
 
     def __init__(self, settings: Settings, modes: Sequence[ModeSpec], *,
-                 progress: Optional[ProgressFn] = None) -> None:
+                 progress: Optional[ProgressFn] = None, loop: str = "native",
+                 statements: str = "prepared", calibrate: bool = True) -> None:
         if not modes:
             raise BenchError("no modes to run")
+        if loop not in LOOPS:
+            raise BenchError(f"loop {loop!r}: accepted {', '.join(LOOPS)}")
+        if statements not in STATEMENT_STYLES:
+            raise BenchError(f"statements {statements!r}: accepted {', '.join(STATEMENT_STYLES)}")
+        if statements == "exec" and (loop == "python" or settings.regime == "open-close"):
+            raise BenchError("--statements exec runs in the C loop only (--loop native, and "
+                             "not the open-close regime, which opens connections from Python)")
+        self.loop = loop
+        self.statements = statements
+        self.calibrate = calibrate
+        self.calibration: Optional[Dict[str, Any]] = None
+        self._compiled: Dict[int, CompiledPlan] = {}
         self.s = settings
         self.modes = list(modes)
         self.progress = progress or (lambda ev: None)
@@ -78,7 +111,7 @@ class Bench:
             raise BenchError(f"--baseline {settings.baseline}: not among the modes run "
                              f"({', '.join(labels)})")
         self.plans = [build_plan(settings, t) for t in range(settings.threads)]
-        self.env = SqliteEnv()
+        self.env = process_env()
         self.devices: List[Device] = []
         self._templates: Dict[Tuple[int, str], str] = {}
         self._walfill_rows = 0
@@ -181,6 +214,11 @@ class Bench:
         probe.close()
         if s.regime == "reused":
             self._walfill_rows = self._walfill_frames()
+        builds = sorted({m.sqlite or "apsw" for m in self.modes if m.mode.is_sql})
+        if self.calibrate and builds:
+            self.progress({"event": "calibrate", "builds": builds})
+            used = "native" if self.loop == "native" and s.regime != "open-close" else "python"
+            self.calibration = calibrate(self, builds, used)
         openers = {m.label: Opener(m, s, self.env) for m in self.modes if m.mode.is_sql}
         results = {m.label: self._mode_doc(m, openers.get(m.label)) for m in self.modes}
         rounds = s.warmup + s.repetitions
@@ -270,7 +308,23 @@ class Bench:
         d["statements_per_txn"] = s.ops_per_txn * s.tables
         d["interleave"] = "for each round: every mode once, in the order given (A B C A B C ...)"
         d["rounds"] = {"warmup": s.warmup, "measured": s.repetitions}
-        d["clock"] = "time.perf_counter_ns around each transaction; wall = first start to last end"
+        native = self.loop == "native" and s.regime != "open-close"
+        d["clock"] = ("CLOCK_MONOTONIC (time.perf_counter_ns) before and after each transaction"
+                      + (", read by the C loop" if native else "") +
+                      "; wall = start of the timed region to its end, timed from Python")
+        d["harness"] = {
+            "loop": "native" if native else "python",
+            "loop_doc": ("bench/txnloop/txnloop.c: the planned transactions in a C loop, "
+                         "through the SQLite routine table of the mode's build" if native else
+                         "Python loop over the planned statements (apsw's statement cache; "
+                         "the system driver prepares each statement per execution)"),
+            "statements": self.statements if native else "prepared",
+            "statements_doc": ("each distinct SQL text prepared once before timing; "
+                               "reset, bind, step per execution" if self.statements ==
+                               "prepared" or not native else
+                               "one SQL text per transaction with literal values, run with "
+                               "sqlite3_exec() (parsed every time, as Mobibench does)"),
+            "calibration": self.calibration}
         d["before_each_repetition"] = ("fresh files copied from a template; os.sync() and fsync "
                                        "of the directory; page cache not dropped")
         d["io_windows"] = {"timed": "counters just before and just after the timed region",
@@ -380,6 +434,12 @@ class Bench:
         # not to the connection: read them through one connection per database.
         first_of_db = [next(t for t in range(T) if self.plans[t].db_index == i)
                        for i in range(ndb)]
+        native = self._uses_native(opener)
+        build = spec.sqlite or "apsw"
+        prepared: List[Optional[Prepared]] = [None] * T
+        done: List[Optional[Result]] = [None] * T
+        rep["harness"] = {"loop": "native" if native else "python",
+                          "statements": self.statements if native else "prepared"}
         try:
             if not per_txn_open and not timed_open:
                 for t in range(T):
@@ -400,6 +460,8 @@ class Bench:
                     rep["settings"].update(lsmvbt.settings(conns[0], s.table_names()[0]))
             lsm_before = [lsmvbt.stats(conns[t], s.table_names()) for t in first_of_db] \
                 if is_lsmvbt and conns[0] is not None else None
+            if native and conns[0] is not None:
+                self._native_prepare(build, conns, prepared)
             log_before = [_file_size(p + "-wal") for p in dbs]
             tc_before = [self._total_changes(c) for c in conns] if conns[0] is not None else None
             os.sync()
@@ -417,10 +479,16 @@ class Bench:
             if timed_open:
                 for t in range(T):
                     conns[t] = opener.open(dbs[self.plans[t].db_index])
+                if native:
+                    self._native_prepare(build, conns, prepared)
             t_open = pc()
+            if native:
+                self._run_native(prepared, done, errors)
             worker_args = [(t, conns[t], dbs[self.plans[t].db_index], lat[t], phase_span[t],
                             sel_rows, think_ns, errors) for t in range(T)]
-            if T == 1:
+            if native:
+                pass
+            elif T == 1:
                 self._txn_loop(opener, *worker_args[0])
             else:
                 barrier = threading.Barrier(T)
@@ -444,11 +512,14 @@ class Bench:
                         c.rows(f"PRAGMA wal_checkpoint({s.checkpoint_mode.upper()})")
             t_ckpt = pc()
             if "close" in s.timed and not per_txn_open:
+                _finalize(prepared)
                 for t in range(T):
                     conns[t].close()
                     conns[t] = None
             t_end = pc()
             # ----------------------------------------------- end of timed region
+            if native:
+                self._native_bookkeeping(done, lat, phase_span, sel_rows, think_ns)
             snap1 = Snapshot(self.devices)
             tc_after = [self._total_changes(c) for c in conns] if conns[0] is not None else None
             if is_waldio:
@@ -475,6 +546,7 @@ class Bench:
             log_after = [_file_size(p + "-wal") for p in dbs]
             if s.reader_scans and conns[0] is not None:
                 rep["reader"] = self._reader(spec, dbs[0])
+            _finalize(prepared)
             for t in range(T):
                 if conns[t] is not None:
                     conns[t].close()
@@ -513,10 +585,80 @@ class Bench:
                 rep["checks"]["ok"] = rep["checks"]["ok"] and rep["reader"]["check"]["ok"]
                 rep["ok"] = rep["checks"]["ok"]
         finally:
+            with contextlib.suppress(Exception):
+                _finalize(prepared)
             for c in conns:
                 if c is not None:
                     with contextlib.suppress(Exception):
                         c.close()
+
+    # ------------------------------------------------------- the C loop
+
+    def _uses_native(self, opener: Opener) -> bool:
+        """The C loop runs the transactions unless asked otherwise, the regime opens a
+        connection per transaction, or the opener wraps connections (waldio trace
+        brackets every statement from Python)."""
+        return (self.loop == "native" and self.s.regime != "open-close"
+                and type(opener) is Opener)
+
+    def compiled(self, t: int) -> CompiledPlan:
+        """Thread t's plan as the C loop's arrays (compiled once, shared by every mode)."""
+        if t not in self._compiled:
+            self._compiled[t] = CompiledPlan(self.plans[t], self.statements, self.s.txn,
+                                             self.s.phases)
+        return self._compiled[t]
+
+    def _native_prepare(self, build: str, conns: List[Any],
+                        prepared: List[Optional[Prepared]]) -> None:
+        loop = TxnLoop.get()
+        for t, c in enumerate(conns):
+            prepared[t] = loop.prepare(build, c, self.compiled(t))
+
+    def _run_native(self, prepared: List[Optional[Prepared]], done: List[Optional[Result]],
+                    errors: List[BaseException]) -> None:
+        """Every thread's plan in the C loop (ctypes releases the GIL: threads run at once)."""
+        loop = TxnLoop.get()
+        think = int(self.s.think_ms * 1e6)
+
+        def one(t: int, barrier: Optional[threading.Barrier]) -> None:
+            try:
+                if barrier:
+                    barrier.wait()
+                p = prepared[t]
+                assert p is not None
+                done[t] = loop.run(p, think)
+            except BaseException as e:  # noqa: BLE001
+                errors.append(e)
+
+        if len(prepared) == 1:
+            one(0, None)
+            return
+        barrier = threading.Barrier(len(prepared))
+        ths = [threading.Thread(target=one, args=(t, barrier), daemon=True)
+               for t in range(len(prepared))]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+
+    def _native_bookkeeping(self, done: List[Optional[Result]], lat: List[List[int]],
+                            spans: List[Dict[int, List[int]]], sel_rows: List[int],
+                            think_ns: List[int]) -> None:
+        """Latencies, phase spans, rows and sleep of the C loop (after the timed region)."""
+        for t, r in enumerate(done):
+            assert r is not None
+            starts, ends = r.t_start, r.t_end
+            lat[t].extend(b - a for a, b in zip(starts, ends))
+            span = spans[t]
+            for (phase, _stmts), a, b in zip(self.plans[t].txns, starts, ends):
+                sp = span.get(phase)
+                if sp is None:
+                    span[phase] = [a, b, 1]
+                else:
+                    sp[1] = b
+                    sp[2] += 1
+            sel_rows[t] = r.rows
+            think_ns[t] = r.slept_ns
 
     def _reader(self, spec: ModeSpec, db: str) -> Dict[str, Any]:
         """A second process scans the tables while the writer's connections stay open."""
@@ -565,14 +707,16 @@ class Bench:
 
     def _txn_loop(self, opener: Opener, t: int, conn: Any, path: str, lat: List[int],
                   span: Dict[int, List[int]], sel_rows: List[int], think_ns: List[int],
-                  errors: List[BaseException]) -> None:
-        """The timed loop of one thread: nothing in here but the transactions."""
+                  errors: List[BaseException], limit: Optional[int] = None) -> None:
+        """The timed loop of one thread in Python: nothing in here but the transactions.
+
+        ``limit`` runs only the first transactions, without think time (calibration)."""
         s = self.s
-        plan = self.plans[t].txns
+        plan = self.plans[t].txns if limit is None else self.plans[t].txns[:limit]
         begin_txn = {"begin": "BEGIN", "begin-immediate": "BEGIN IMMEDIATE"}.get(s.txn)
         # VACUUM cannot run inside a transaction: it is its own
         begin_of = [None if p == "vacuum" else begin_txn for p in s.phases]
-        think = s.think_ms / 1000.0
+        think = s.think_ms / 1000.0 if limit is None else 0.0
         pc = time.perf_counter_ns
         append = lat.append
         rows = 0
@@ -1002,6 +1146,12 @@ def reader_ratios(reps: List[Dict[str, Any]], base_reps: List[Dict[str, Any]]
     sm = summarize([p["ratio"] for p in per])
     return {"per_rep": per, "median": sm["median"] if sm else None,
             "min": sm["min"] if sm else None, "max": sm["max"] if sm else None}
+
+
+def _finalize(prepared: List[Optional[Prepared]]) -> None:
+    for p in prepared:
+        if p is not None:
+            p.close()
 
 
 def _file_size(path: str) -> int:

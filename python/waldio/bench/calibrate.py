@@ -1,0 +1,118 @@
+"""How much the harness adds per transaction: measured in every run, per SQLite build.
+
+This module owns the calibration round of ``waldio bench`` (issue 13).  Before
+the modes run, for every SQLite build the run uses, the head of thread 0's plan
+(at most :data:`MAX_TXNS` transactions) runs on fresh in-memory databases with
+``synchronous=OFF`` (nothing reaches a disk, so what is left is CPU: SQLite's own
+work and the harness's), three ways, in a rotating order, :data:`ROUNDS` times:
+
+``bare``     the C loop with no timestamp inside it (one before the first
+             transaction, one after the last): the same SQLite calls as the run,
+             and nothing else.  This is "SQLite's own cost".
+``native``   the C loop as the run uses it (two timestamps per transaction),
+             timed from Python around the call, exactly as the run's wall time.
+``python``   the Python loop (the open-close regime and ``waldio trace`` use it;
+             ``--loop python`` forces it), timed the same way.
+
+The overhead of a loop is its time per transaction minus ``bare``'s, paired
+round by round; the summary is the median over the rounds with min and max.
+Nothing is printed here: the result is a dict stored in the run's JSON
+(``params.bench.harness.calibration``) and printed by :mod:`.report`.
+"""
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
+
+from .native import TxnLoop
+from .plan import record_value
+from .settings import Settings, create_table_sql
+from .stats import summarize
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .runner import Bench
+
+ROUNDS = 5
+MAX_TXNS = 2000
+MAX_STATEMENT_TXNS = 3       # VACUUM / CREATE INDEX over 100k rows: seconds each
+LOOP_KINDS = ("bare", "native", "python")
+
+
+def _setup(conn: Any, s: Settings) -> None:
+    """Schema and pre-populated rows of the template, in memory, synchronous=OFF."""
+    conn.rows(f"PRAGMA page_size={s.page_size}")
+    conn.rows("PRAGMA synchronous=OFF")
+    value = record_value(s.record_size)
+    for t in s.table_names():
+        conn.run(create_table_sql(s, t))
+        if s.prepopulate:
+            conn.run(f"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c "
+                     f"WHERE x < {int(s.prepopulate)}) INSERT INTO {t}(id, Value) "
+                     f"SELECT x, ? FROM c", (value,))
+
+
+def _txn_count(bench: "Bench") -> int:
+    s = bench.s
+    cap = MAX_STATEMENT_TXNS if any(p in ("vacuum", "create-index") for p in s.phases) \
+        else MAX_TXNS
+    return min(cap, len(bench.plans[0].txns))
+
+
+def _timed_c(bench: "Bench", build: str, conn: Any, n: int, stamps: bool) -> int:
+    loop = TxnLoop.get()
+    prepared = loop.prepare(build, conn, bench.compiled(0).head(n))
+    try:
+        if not stamps:
+            r = loop.run(prepared, 0, stamps=False)
+            return r.t_end_c[0] - r.t_start_c[0]
+        pc = time.perf_counter_ns
+        t0 = pc()
+        loop.run(prepared, 0)
+        return pc() - t0
+    finally:
+        prepared.close()
+
+
+def _timed_python(bench: "Bench", conn: Any, n: int) -> int:
+    lat: List[int] = []
+    pc = time.perf_counter_ns
+    t0 = pc()
+    bench._txn_loop(None, 0, conn, ":memory:", lat, {}, [0], [0], [], limit=n)  # type: ignore[arg-type]
+    return pc() - t0
+
+
+def calibrate_build(bench: "Bench", build: str, kinds: Sequence[str]) -> Dict[str, Any]:
+    """The calibration of one SQLite build (see the module docstring)."""
+    n = _txn_count(bench)
+    per: Dict[str, List[float]] = {k: [] for k in kinds}
+    runners: Dict[str, Callable[[Any], int]] = {
+        "bare": lambda c: _timed_c(bench, build, c, n, stamps=False),
+        "native": lambda c: _timed_c(bench, build, c, n, stamps=True),
+        "python": lambda c: _timed_python(bench, c, n)}
+    for rnd in range(ROUNDS):
+        order = list(kinds[rnd % len(kinds):]) + list(kinds[:rnd % len(kinds)])
+        for kind in order:
+            conn = bench.env.connect(build, ":memory:", "unix", {})
+            try:
+                _setup(conn, bench.s)
+                per[kind].append(runners[kind](conn) / n / 1000.0)
+            finally:
+                conn.close()
+    out: Dict[str, Any] = {"build": build, "sqlite_version": bench.env.version(build),
+                           "transactions": n, "rounds": ROUNDS,
+                           "statements": bench.statements,
+                           "us_per_txn": {k: summarize(v) for k, v in per.items()}}
+    out["overhead_us_per_txn"] = {
+        k: summarize([x - b for x, b in zip(per[k], per["bare"])])
+        for k in kinds if k != "bare"}
+    return out
+
+
+def calibrate(bench: "Bench", builds: Sequence[str], used: str) -> Dict[str, Any]:
+    """Calibrate every build; ``used`` is the loop the run's SQL modes use."""
+    kinds = ("bare", "native", "python") if bench.statements == "prepared" else ("bare", "native")
+    return {"what": "per-transaction time of the head of thread 0's plan on in-memory databases "
+                    "(synchronous=OFF), median over rounds; overhead = loop minus the bare C "
+                    "loop (no timestamps inside), paired by round",
+            "loop_used": used,
+            "builds": [calibrate_build(bench, b, kinds) for b in builds]}
