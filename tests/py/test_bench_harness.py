@@ -126,6 +126,8 @@ def test_calibration_is_stored_and_printed(rundir: str, capsys: pytest.CaptureFi
         assert b["transactions"] == 30
         assert set(b["us_per_txn"]) == {"bare", "native", "python"}
         assert set(b["overhead_us_per_txn"]) == {"native", "python"}
+        for ov in b["overhead_us_per_txn"].values():
+            assert isinstance(ov["best"], float) and ov["paired"]["n"] == b["rounds"]
         assert b["us_per_txn"]["bare"]["median"] > 0
         assert b["us_per_txn"]["bare"]["n"] == b["rounds"]
 

@@ -347,7 +347,14 @@ def print_results(out: Printer, doc: Dict[str, Any], notes: bool = True) -> None
 def _us(sm: Optional[Dict[str, Any]]) -> str:
     if not sm:
         return "-"
-    return f"{sm['median']:.2f} ({sm['min']:.2f}-{sm['max']:.2f})"
+    return f"{sm['min']:.2f} (median {sm['median']:.2f})"
+
+
+def _overhead(ov: Optional[Dict[str, Any]]) -> str:
+    if not ov:
+        return "-"
+    p = ov.get("paired") or {}
+    return f"{ov['best']:+.2f} (paired {p.get('min', 0):+.1f}..{p.get('max', 0):+.1f})"
 
 
 def harness_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[List[str]]]]:
@@ -356,18 +363,19 @@ def harness_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Li
     cal = h.get("calibration")
     if not cal:
         return None
-    cols = ["SQLite build", "txns", "SQLite alone us/txn", "C loop +us/txn",
-            "Python loop +us/txn"]
+    cols = ["SQLite build", "txns", "SQLite alone us/txn", "C loop adds us/txn",
+            "Python loop adds us/txn"]
     rows = []
     for b in cal["builds"]:
         ov = b["overhead_us_per_txn"]
         rows.append([f"{b['build']} {b['sqlite_version']}", str(b["transactions"]),
-                     _us(b["us_per_txn"].get("bare")), _us(ov.get("native")),
-                     _us(ov.get("python"))])
+                     _us(b["us_per_txn"].get("bare")), _overhead(ov.get("native")),
+                     _overhead(ov.get("python"))])
     title = (f"harness overhead per transaction (this run's timed loop: {cal['loop_used']}, "
              f"statements {h.get('statements')}): calibration on in-memory databases, "
-             f"synchronous=OFF, {cal['builds'][0]['rounds']} rounds, median (min-max); "
-             f"'SQLite alone' = the C loop without timestamps")
+             f"synchronous=OFF, {cal['builds'][0]['rounds']} rounds: best round (median); "
+             f"'adds' = best round minus SQLite alone's best (paired = round by round, "
+             f"min..max); 'SQLite alone' = the C loop without timestamps")
     return title, cols, rows
 
 
