@@ -27,7 +27,8 @@ import readme
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPILED = {"waldio/_lib/waldio.so", "waldio/_lib/libwaldio.so",
-            "waldio/_lib/libwaldio_preload.so", "waldio/_lib/recorder.so"}
+            "waldio/_lib/libwaldio_preload.so", "waldio/_lib/recorder.so",
+            "waldio/_lib/waldio_txnloop.so"}
 
 
 def venv_python() -> str:
