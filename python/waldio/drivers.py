@@ -62,6 +62,7 @@ import ctypes.util
 import os
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from types import TracebackType
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -519,6 +520,7 @@ _PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "sqlite3_prepare_v2": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, _c_void_p_p, _c_void_p_p]),
     "sqlite3_step": (ctypes.c_int, [ctypes.c_void_p]),
     "sqlite3_finalize": (ctypes.c_int, [ctypes.c_void_p]),
+    "sqlite3_reset": (ctypes.c_int, [ctypes.c_void_p]),
     "sqlite3_bind_parameter_count": (ctypes.c_int, [ctypes.c_void_p]),
     "sqlite3_bind_null": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "sqlite3_bind_int64": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]),
@@ -591,10 +593,18 @@ def _system_lib_path() -> Optional[str]:
 
 
 class _CtypesConnection(Connection):
+    """A system-library connection. ``execute()`` keeps the last :data:`STATEMENT_CACHE`
+    single statements prepared (keyed by their exact text), as apsw's statement cache
+    does: a statement is reset after every use, so a cached one holds no lock, and all
+    are finalized before the connection closes."""
+
+    STATEMENT_CACHE = 32
+
     def __init__(self, lib: _SystemLib, db: int, filename: str, driver_name: str) -> None:
         super().__init__(filename, driver_name)
         self._lib = lib
         self._db: Optional[int] = db
+        self._cache: "OrderedDict[str, int]" = OrderedDict()
 
     # -- helpers
 
@@ -670,6 +680,10 @@ class _CtypesConnection(Connection):
     # -- Connection
 
     def _execute(self, sql: str, params: Tuple[Param, ...]) -> List[Row]:
+        stmt = self._cache.get(sql)
+        if stmt is not None:
+            self._cache.move_to_end(sql)
+            return self._run_cached(stmt, params)
         data = sql.encode("utf-8")
         buf = ctypes.create_string_buffer(data)  # NUL-terminated copy, kept alive here
         base = ctypes.addressof(buf)
@@ -678,13 +692,22 @@ class _CtypesConnection(Connection):
             if params:
                 raise _bindings_error(0, len(params))
             return []
+        if not _is_trivia(data[offset:].decode("utf-8")):
+            self._lib.lib.sqlite3_finalize(stmt)
+            raise _multiple_statements_error()
+        self._cache[sql] = stmt
+        if len(self._cache) > self.STATEMENT_CACHE:
+            _old, evicted = self._cache.popitem(last=False)
+            self._lib.lib.sqlite3_finalize(evicted)
+        return self._run_cached(stmt, params)
+
+    def _run_cached(self, stmt: int, params: Tuple[Param, ...]) -> List[Row]:
+        """Bind, step to the end, and always reset (a reset statement holds no lock)."""
         try:
-            if not _is_trivia(data[offset:].decode("utf-8")):
-                raise _multiple_statements_error()
             self._bind(stmt, params)
             return self._run(stmt, collect=True)
         finally:
-            self._lib.lib.sqlite3_finalize(stmt)
+            self._lib.lib.sqlite3_reset(stmt)
 
     def _executescript(self, sql: str) -> None:
         data = sql.encode("utf-8")
@@ -744,6 +767,9 @@ class _CtypesConnection(Connection):
         return int(self._db)
 
     def _close(self) -> None:
+        while self._cache:
+            _sql, stmt = self._cache.popitem()
+            self._lib.lib.sqlite3_finalize(stmt)
         db, self._db = self._db, None
         rc = self._lib.lib.sqlite3_close_v2(db)
         if rc != SQLITE_OK:

@@ -317,3 +317,40 @@ def test_mobibench_builds_against_the_system_sqlite(version: str, tmp_path: Any)
     ldd = subprocess.run(["ldd", b.binary], capture_output=True, text=True).stdout
     assert "libsqlite3" in ldd
     assert sys.platform.startswith("linux")
+
+
+# --------------------------------------------------------------------------
+# the system driver's statement cache (the Python loop's cost with ctypes)
+# --------------------------------------------------------------------------
+
+def test_system_driver_caches_statements_without_holding_locks(tmp_path: Any) -> None:
+    try:
+        drv = drivers.driver_by_name("system")
+    except LookupError:
+        pytest.skip("no system libsqlite3")
+    path = str(tmp_path / "c.db")
+    a = drv.connect(path, uri=False, timeout_ms=0)
+    b = drv.connect(path, uri=False, timeout_ms=0)
+    try:
+        a.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v)")
+        for i in range(3):
+            a.execute("INSERT INTO t(id, v) VALUES(?, ?)", (i, f"v{i}"))
+        with pytest.raises(drivers.SQLiteError) as exc:       # reused after an error
+            a.execute("INSERT INTO t(id, v) VALUES(?, ?)", (1, "dup"))
+        assert exc.value.code == 19
+        a.execute("INSERT INTO t(id, v) VALUES(?, ?)", (3, None))
+        assert a.execute("SELECT count(*), sum(id) FROM t") == [(4, 6)]
+        # a cached, reset SELECT holds no SHARED lock: another connection can write
+        b.execute("INSERT INTO t(id, v) VALUES(?, ?)", (4, b"x"))
+        assert a.execute("SELECT count(*), sum(id) FROM t") == [(5, 10)]
+        # the schema changes under a cached statement: SQLite re-prepares it
+        a.execute("DROP TABLE t")
+        a.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v, w)")
+        assert a.execute("SELECT count(*), sum(id) FROM t") == [(0, None)]
+        for i in range(drivers._CtypesConnection.STATEMENT_CACHE + 5):   # eviction
+            assert a.execute(f"SELECT {i}") == [(i,)]
+        with pytest.raises(ValueError):
+            a.execute("SELECT 1; SELECT 2")
+    finally:
+        a.close()
+        b.close()
