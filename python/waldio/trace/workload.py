@@ -172,7 +172,9 @@ class TracedBench(B.Bench):
             raise B.BenchError(f"raw modes ({', '.join(raw)}) run no SQLite transactions to "
                                "bracket; waldio trace takes SQL modes (tests/py/test_trace.py "
                                "traces the raw system-call patterns)")
-        super().__init__(settings, modes, progress=progress)
+        # The Python loop in every round: traced rounds bracket each statement from
+        # Python, and untraced control rounds must time the same loop.
+        super().__init__(settings, modes, progress=progress, loop="python")
         self.fs = fs
         self.options = options
         self.plan_sql = {sql for p in self.plans for _ph, stmts in p.txns for sql, _a, _r in stmts}
