@@ -69,7 +69,7 @@ static void flush_at_exit(void){
     waldio_log *p;
     pthread_mutex_lock(&r->mutex);
     for(p=r->pList; p; p=p->pNext){
-      if( !log_inherited(p) && group_write_all(p)==SQLITE_OK ) log_sync(p);
+      if( !log_inherited(p) && group_write_all(p)==SQLITE_OK ) log_sync_bound(p);
     }
     pthread_mutex_unlock(&r->mutex);
   }
@@ -139,7 +139,7 @@ static int in_use_error(waldio_log *pLog, const char *zWhat){
 static int format_fresh(waldio_log *pLog, const log_request *req){
   wal_superblock sb;
   const char *zWhy;
-  i64 size, prealloc;
+  i64 size, area;
   int rc;
 
   if( !alone(pLog) ) return in_use_error(pLog, "initialize");
@@ -151,19 +151,18 @@ static int format_fresh(waldio_log *pLog, const log_request *req){
   if( rc==SQLITE_OK && size>0 ) rc = dio_truncate(&pLog->file, 0);
   if( rc ) return rc;
   dio_set_nocow(&pLog->file);
-  prealloc = log_round_up(req->opts->prealloc_bytes, pLog->file.block);
-  if( prealloc<(i64)sb.geo.area + 8*(i64)pLog->file.block ){
-    prealloc = sb.geo.area + 8*(i64)pLog->file.block;
-  }
-  rc = dio_zero_fill(&pLog->file, 0, prealloc);
+  /* Block 0 (the header area) only: the first direct write preallocates
+  ** (wal_log.c, L1); a database whose commits all go through the page
+  ** cache (large transactions, NORMAL, OFF) never zero-fills anything. */
+  area = log_round_up(sb.geo.area, pLog->file.block);
+  rc = dio_zero_fill(&pLog->file, 0, area);
   if( rc==SQLITE_OK ) rc = log_write_meta(pLog, &sb, META_ADVISORY);
   if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
   /* Always: a creator killed before its directory fsync leaves a name that
   ** a crash could lose, whoever formats the file afterwards. */
   if( rc==SQLITE_OK ) rc = dio_sync_dir(pLog->sys, pLog->zPath);
   if( rc ) return rc;
-  pLog->physSize = prealloc;
-  pLog->stats.prealloc_bytes += (u64)prealloc;
+  pLog->physSize = pLog->durableEnd = area;
   pLog->zLayoutWhy = req->zLayoutWhy;
   log_adopt_meta(pLog, &sb);
   return SQLITE_OK;
@@ -209,6 +208,7 @@ static int use_existing(waldio_log *pLog, const log_request *req,
     if( sb->geo.layout==(u32)req->layout ) pLog->zLayoutWhy = req->zLayoutWhy;
   }
   pLog->physSize = size / sb->geo.block * sb->geo.block;
+  pLog->durableEnd = 0;     /* L1: a killed process may have left bytes unflushed */
   log_adopt_meta(pLog, sb);
   return rc;
 }
@@ -409,13 +409,30 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
 
 /* The last close after a clean checkpoint: drop the generation, and the
 ** guard if no other process has the log open (F4). */
+/* Frames this process left to the kernel (synchronous=OFF writes nobody
+** flushed) are all in the database now: drop them before write-back, as
+** stock SQLite does by deleting its WAL, by cutting the file to block 0.
+** Before block 0 is emptied: a crash in between finds a generation with no
+** frames, and recovery replays nothing. */
+static int drop_unflushed(waldio_log *pLog){
+  i64 area;
+  int unflushed;
+  pthread_mutex_lock(&pLog->mutex);
+  unflushed = pLog->flushedSeq<pLog->writeSeq;
+  area = log_round_up(pLog->sb.geo.area, pLog->file.block);
+  pthread_mutex_unlock(&pLog->mutex);
+  return unflushed ? log_truncate_physical(pLog, area) : SQLITE_OK;
+}
+
 static int close_clean(waldio_log *pLog){
-  int fd = pLog->file.fd, rc = SQLITE_OK;
+  int fd = pLog->file.fd, rc = SQLITE_OK, solo;
   if( pLog->file.readonly ) return SQLITE_OK;
   if( log_lock_wait(pLog->sys, fd, LOG_LOCK_INIT, LOG_EXCLUSIVE, INIT_WAIT_MS) ){
     return SQLITE_OK;          /* advisory: the log stays guarded */
   }
-  rc = log_set_empty(pLog, !alone(pLog));
+  solo = alone(pLog);
+  if( solo ) rc = drop_unflushed(pLog);
+  if( rc==SQLITE_OK ) rc = log_set_empty(pLog, !solo);
   log_lock(pLog->sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
   return rc;
 }
@@ -446,7 +463,7 @@ int log_release(log_registry *r, waldio_log *pLog, int clean){
   }
   flusher_stop(pLog);
   rc = group_write_all(pLog);        /* G4: nothing buffered outlives the log */
-  if( rc==SQLITE_OK ) rc = log_sync(pLog);   /* the flush bound holds at close */
+  if( rc==SQLITE_OK ) rc = log_sync_bound(pLog);   /* the flush bound holds at close */
   if( rc==SQLITE_OK && clean ) rc = close_clean(pLog);
   log_free(pLog);
   return rc;

@@ -3,11 +3,16 @@
 ** process (see wal_log.h for the invariants L1-L5; log_open.c opens and
 ** closes it).
 **
-** Growth. When a frame would land beyond physSize the writer (there is one
-** writer per database at a time: SQLite's WAL write lock) extends the file
-** by max(initial preallocation, 1/4 of its size), rounded up to 1 MiB,
-** zero-fills the new range and fdatasyncs it before the frame is written:
-** the extension is journaled once, the commits that use it never are.
+** Growth. When a direct write would land beyond durableEnd (L1) the writer
+** (there is one writer per database at a time: SQLite's WAL write lock)
+** makes the range durable first: bytes already in the file (written through
+** the page cache by a large transaction or a NORMAL commit) need only an
+** fdatasync; beyond the file's end it zero-fills an extension and
+** fdatasyncs it. A small log doubles, from 256 KiB up to the configured
+** preallocation; a larger one grows by max(preallocation, 1/4 of its
+** size), in whole MiB. The extension is journaled once, the commits that
+** use it never are. Buffered writes that may extend the file take growMutex
+** too, so that a fill never lands on frames written meanwhile (L7).
 **
 ** Cache trust (L3). The cache holds slots this process wrote. Another
 ** process can overwrite a slot only by committing (or restarting the log),
@@ -32,6 +37,7 @@
 #include <unistd.h>
 
 #define GROW_ROUND (1LL << 20)
+#define GROW_MIN   (256LL << 10)
 
 i64 log_round_up(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
 
@@ -70,7 +76,10 @@ int log_write_meta(waldio_log *pLog, const wal_superblock *sb, int flags){
       pLog->stats.dsync_writes++;
     }else if( !(flags & META_ADVISORY) ){
       pLog->writeSeq++;
-      if( flags & META_ARM ) flusher_arm(pLog);
+      if( flags & META_ARM ){
+        pLog->armedSeq = pLog->writeSeq;
+        flusher_arm(pLog);
+      }
     }
   }
   pthread_mutex_unlock(&pLog->mutex);
@@ -126,6 +135,13 @@ static int poisoned_error(waldio_log *pLog){
       " it", pLog->zPath);
 }
 
+/* Did the wal-index header move to a new generation (its salts, bytes
+** 32-39 of SQLite's WalIndexHdr) since the epoch? Unknown counts as yes. */
+static int new_generation(const waldio_log *pLog, const volatile void *shm0){
+  return !pLog->epochValid
+      || memcmp((const u8*)shm0 + 32, pLog->aEpoch + 32, 8)!=0;
+}
+
 int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   int changed = 0;
   i64 size;
@@ -136,6 +152,9 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   }
   if( !epoch_matches(pLog, shm0) ){
     drop_cache(pLog);
+    /* Another process restarted the log: it may have shrunk the file and
+    ** extended it again through the page cache (L1). */
+    if( new_generation(pLog, shm0) ) pLog->durableEnd = 0;
     memcpy(pLog->aEpoch, (const void*)shm0, WALINDEX_HDR_BYTES);
     pLog->epochValid = 1;
     changed = 1;
@@ -144,6 +163,7 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   if( changed && dio_file_size(&pLog->file, &size)==SQLITE_OK ){
     pthread_mutex_lock(&pLog->mutex);
     pLog->physSize = size / pLog->file.block * pLog->file.block;
+    if( pLog->durableEnd>pLog->physSize ) pLog->durableEnd = pLog->physSize;
     pthread_mutex_unlock(&pLog->mutex);
   }
   return SQLITE_OK;
@@ -206,47 +226,65 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
 
 /* ------------------------------------------------------------ the writes */
 
-/* Make sure [0, end) is preallocated (L1), one extension at a time (L7):
-** a group flusher and a spilling transaction of this process may both get
-** here, and the second must find the first one's extension, not fill the
-** same range again over frames written meanwhile. Between processes the
-** WAL write lock (or group mode's exclusive use) keeps one writer. */
-static int ensure_allocated(waldio_log *pLog, i64 end){
-  i64 have, size, target, grow;
-  int rc = SQLITE_OK;
+/* Where a log of `have` bytes grows to, to hold [0, end). */
+static i64 grow_target(const waldio_log *pLog, i64 have, i64 end){
+  i64 target, grow;
+  if( have<pLog->preallocInitial ){
+    target = have*2 < GROW_MIN ? GROW_MIN : have*2;
+    if( target>pLog->preallocInitial ) target = pLog->preallocInitial;
+    target = log_round_up(target, pLog->file.block);
+  }else{
+    grow = have/4 < pLog->preallocInitial ? pLog->preallocInitial : have/4;
+    target = log_round_up(have + grow, GROW_ROUND);
+  }
+  return target<end ? log_round_up(end, GROW_ROUND) : target;
+}
+
+/* Make [0, end) durable before a direct write lands there (L1), one
+** extension at a time (L7): a group flusher and a spilling transaction of
+** this process may both get here, and the second must find the first one's
+** extension, not fill the same range again over frames written meanwhile.
+** Between processes the WAL write lock (or group mode's exclusive use)
+** keeps one writer. growMutex held. */
+static int make_durable(waldio_log *pLog, i64 end){
+  i64 have, size, target;
+  int rc;
   pthread_mutex_lock(&pLog->mutex);
-  have = pLog->physSize;
+  have = pLog->durableEnd;                 /* re-checked under growMutex */
   pthread_mutex_unlock(&pLog->mutex);
   if( end<=have ) return SQLITE_OK;
-  pthread_mutex_lock(&pLog->growMutex);
+  rc = dio_file_size(&pLog->file, &size);
+  if( rc ) return rc;
+  size = size / pLog->file.block * pLog->file.block;
+  target = end<=size ? size : grow_target(pLog, size, end);
+  rc = dio_zero_fill(&pLog->file, size, target - size);
+  if( rc ) return rc;                 /* a full disk: nothing is lost */
+  rc = dio_fdatasync(&pLog->file);
   pthread_mutex_lock(&pLog->mutex);
-  have = pLog->physSize;                   /* re-checked under growMutex */
-  pthread_mutex_unlock(&pLog->mutex);
-  if( end>have ) rc = dio_file_size(&pLog->file, &size);
-  if( rc==SQLITE_OK && end>have ){
-    size = size / pLog->file.block * pLog->file.block;
-    if( size>have ) have = size;           /* another process grew it */
-  }
-  if( rc==SQLITE_OK && end>have ){
-    grow = have / 4;
-    if( grow<pLog->preallocInitial ) grow = pLog->preallocInitial;
-    target = log_round_up(have + grow, GROW_ROUND);
-    if( target<end ) target = log_round_up(end, GROW_ROUND);
-    rc = dio_zero_fill(&pLog->file, have, target - have);
-    if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
-    if( rc==SQLITE_OK ){
-      pthread_mutex_lock(&pLog->mutex);
-      pLog->stats.prealloc_extends++;
-      pLog->stats.prealloc_bytes += (u64)(target - have);
-      pthread_mutex_unlock(&pLog->mutex);
-      have = target;
-    }
-  }
   if( rc==SQLITE_OK ){
-    pthread_mutex_lock(&pLog->mutex);
-    if( have>pLog->physSize ) pLog->physSize = have;
-    pthread_mutex_unlock(&pLog->mutex);
+    if( target>size ){
+      pLog->stats.prealloc_extends++;
+      pLog->stats.prealloc_bytes += (u64)(target - size);
+    }else{
+      pLog->stats.prealloc_syncs++;
+    }
+    if( target>pLog->physSize ) pLog->physSize = target;
+    pLog->durableEnd = target;
+  }else{
+    pLog->poisoned = 1;     /* L4: buffered frames below may be lost */
   }
+  pthread_mutex_unlock(&pLog->mutex);
+  return rc;
+}
+
+static int ensure_allocated(waldio_log *pLog, i64 end){
+  int rc;
+  pthread_mutex_lock(&pLog->mutex);
+  rc = end<=pLog->durableEnd;
+  pthread_mutex_unlock(&pLog->mutex);
+  if( rc ) return SQLITE_OK;
+  pthread_mutex_lock(&pLog->growMutex);
+  rc = make_durable(pLog, end);
   pthread_mutex_unlock(&pLog->growMutex);
   return rc;
 }
@@ -280,7 +318,10 @@ static void wrote(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
     pLog->stats.dsync_writes++;
   }else{
     pLog->writeSeq++;
-    if( flags & LOG_ARM ) flusher_arm(pLog);
+    if( flags & LOG_ARM ){
+      pLog->armedSeq = pLog->writeSeq;
+      flusher_arm(pLog);
+    }
   }
 }
 
@@ -291,17 +332,31 @@ static void note_extent(waldio_log *pLog, i64 end){
   if( blockEnd>pLog->physSize ) pLog->physSize = blockEnd;
 }
 
+/* A buffered write ending beyond durableEnd holds growMutex (L7): a fill
+** by another thread of this process must not land on it. Returns whether
+** it took the mutex. */
+static int hold_growth(waldio_log *pLog, i64 end){
+  int beyond;
+  pthread_mutex_lock(&pLog->mutex);
+  beyond = end>pLog->durableEnd;
+  pthread_mutex_unlock(&pLog->mutex);
+  if( beyond ) pthread_mutex_lock(&pLog->growMutex);
+  return beyond;
+}
+
 int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
                     u32 lo, u32 hi, int kind, int flags){
   wal_geometry g = log_geometry(pLog);
   i64 off = wf_slot_offset(&g, frame);
   int buffered = (flags & LOG_BUFFERED)!=0 || !pLog->file.direct;
+  int held = buffered && hold_growth(pLog, off + hi);
   int rc = buffered ? SQLITE_OK : ensure_allocated(pLog, off + (i64)nSlot * g.slot);
   if( rc==SQLITE_OK ){
     rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo,
                    ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
                    | ((flags & LOG_BUFFERED) ? DIO_BUFFERED : 0));
   }
+  if( held ) pthread_mutex_unlock(&pLog->growMutex);
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
     wrote(pLog, frame, nSlot, img, hi - lo, kind, flags);
@@ -319,14 +374,20 @@ int log_write_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
   wal_geometry g = log_geometry(pLog);
   i64 off = wf_slot_offset(&g, frame), end = off;
   wf_run aRun[3];
-  int i, n = wf_frame_runs(&g, lo, hi, aRun), rc = SQLITE_OK;
+  int i, held, n = wf_frame_runs(&g, lo, hi, aRun), rc = SQLITE_OK;
+  for(i=0; i<n; i++){
+    if( aRun[i].inSlot>=0 && off + aRun[i].inSlot + aRun[i].n>end ){
+      end = off + aRun[i].inSlot + aRun[i].n;
+    }
+  }
+  held = hold_growth(pLog, end);
   for(i=0; i<n && rc==SQLITE_OK; i++){
     if( aRun[i].inSlot<0 ) continue;     /* the embed tail: checked zero */
     rc = dio_write(&pLog->file, data + (aRun[i].lo - lo), aRun[i].n,
                    off + aRun[i].inSlot, DIO_BUFFERED
                    | ((flags & LOG_DSYNC) ? DIO_DSYNC : 0));
-    if( off + aRun[i].inSlot + aRun[i].n>end ) end = off + aRun[i].inSlot + aRun[i].n;
   }
+  if( held ) pthread_mutex_unlock(&pLog->growMutex);
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
     wrote(pLog, frame, 1, 0, hi - lo, kind, flags | LOG_BUFFERED);
@@ -442,6 +503,31 @@ int log_set_empty(waldio_log *pLog, int keepGuard){
   return log_write_meta(pLog, &sb, META_ADVISORY);
 }
 
+/* Cut the file to `keep` bytes if it is longer. growMutex held (L7). */
+static int cut_locked(waldio_log *pLog, i64 phys, i64 keep){
+  int rc = SQLITE_OK;
+  if( phys>keep ){
+    rc = dio_truncate(&pLog->file, keep);
+    if( rc==SQLITE_OK ){
+      pthread_mutex_lock(&pLog->mutex);
+      pLog->physSize = keep;
+      if( pLog->durableEnd>keep ) pLog->durableEnd = keep;
+      pthread_mutex_unlock(&pLog->mutex);
+    }
+  }
+  return rc;
+}
+
+int log_truncate_physical(waldio_log *pLog, i64 keep){
+  i64 phys;
+  int rc;
+  pthread_mutex_lock(&pLog->growMutex);
+  rc = dio_file_size(&pLog->file, &phys);
+  if( rc==SQLITE_OK ) rc = cut_locked(pLog, phys, keep);
+  pthread_mutex_unlock(&pLog->growMutex);
+  return rc;
+}
+
 int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
   wal_geometry g = log_geometry(pLog);
   i64 keep, phys;
@@ -463,14 +549,7 @@ int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
     ** the database -- older page images over newer ones. */
     rc = dio_fdatasync(&pLog->file);
   }
-  if( rc==SQLITE_OK && phys>keep ){
-    rc = dio_truncate(&pLog->file, keep);
-    if( rc==SQLITE_OK ){
-      pthread_mutex_lock(&pLog->mutex);
-      pLog->physSize = keep;
-      pthread_mutex_unlock(&pLog->mutex);
-    }
-  }
+  if( rc==SQLITE_OK ) rc = cut_locked(pLog, phys, keep);
   pthread_mutex_unlock(&pLog->growMutex);
   return rc;
 }
@@ -523,6 +602,14 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher)
 }
 
 int log_sync(waldio_log *pLog){ return do_sync(pLog, 0, 0); }
+
+int log_sync_bound(waldio_log *pLog){
+  int owed;
+  pthread_mutex_lock(&pLog->mutex);
+  owed = pLog->flushedSeq<pLog->armedSeq;
+  pthread_mutex_unlock(&pLog->mutex);
+  return owed ? log_sync(pLog) : SQLITE_OK;
+}
 int log_sync_published(waldio_log *pLog, const volatile void *shm0){
   return do_sync(pLog, shm0, 0);
 }

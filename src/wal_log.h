@@ -10,9 +10,17 @@
 ** flusher, and the statistics behind PRAGMA waldio_stats.
 **
 ** Invariants:
-**   L1  Every slot a frame is written to lies below physSize, and bytes
-**       below physSize are allocated, written (zero-filled) and made durable
-**       before any frame uses them ("preallocation with explicit journaling").
+**   L1  A direct write lands only below durableEnd: bytes there are
+**       allocated, written (zero-filled or by earlier frames) and made
+**       durable, so the write changes no file-system metadata ("preallocation
+**       with explicit journaling"). physSize >= durableEnd is the file's
+**       extent as this process knows it; buffered writes (large
+**       transactions, NORMAL and OFF commits) may extend it, as stock
+**       SQLite's appends do. A new log holds block 0 only: the zero-filled
+**       preallocation is made by the first direct write that needs it, so a
+**       database that never commits directly never pays for it. durableEnd
+**       is reset whenever another process may have shrunk the file (a new
+**       generation, a smaller size seen).
 **   L2  flushedSeq <= writeSeq; every non-O_DSYNC write completed before a
 **       flush started is durable once flushedSeq reaches its sequence. The
 **       sequences count this process's writes only: a sync SQLite asks for
@@ -69,6 +77,8 @@ typedef struct waldio_stats {
   u64 timer_flushes;       /* of the flushes, those made by the flusher */
   u64 prealloc_extends;
   u64 prealloc_bytes;
+  u64 prealloc_syncs;      /* flushes that made bytes already in the file
+                           ** durable before a direct write there (L1) */
   u64 cache_hits;
   u64 cache_misses;
   u64 cache_invalidations;
@@ -118,6 +128,7 @@ struct waldio_log {
 
   wal_superblock sb;       /* block-0 metadata as last read or written */
   i64 physSize;            /* L1 */
+  i64 durableEnd;          /* L1: direct writes land below it */
   i64 preallocInitial;
   long long cacheBudget;
   int flushMs;
@@ -129,6 +140,8 @@ struct waldio_log {
   int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
+  u64 armedSeq;            /* writeSeq of the last write under a flush bound
+                           ** (LOG_ARM): a close or exit flushes up to it */
   int poisoned;            /* L4 */
   waldio_stats stats;
   log_flusher *pFlusher;
@@ -219,12 +232,19 @@ int log_logical_size(waldio_log *pLog, i64 *pSize);
 ** by the last connection as it closes: the idle footprint). */
 int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc);
 
+/* Cut the file to `keep` bytes (if longer), whatever it holds. */
+int log_truncate_physical(waldio_log *pLog, i64 keep);
+
 /* Mark the log empty (no generation). keepGuard = 0 only for the clean
 ** close of the last connection (wal_format.c F4). */
 int log_set_empty(waldio_log *pLog, int keepGuard);
 
 /* Make every completed write durable (skipped if nothing is unflushed). */
 int log_sync(waldio_log *pLog);
+/* The same, but only if a write under a flush bound (NORMAL's flush_ms,
+** group async) is unflushed: what a close or process exit owes. Writes of
+** synchronous=OFF are left to the kernel, as stock SQLite leaves them. */
+int log_sync_bound(waldio_log *pLog);
 /* The same for SQLite's own xSync, given the wal-index (NULL in heap
 ** mode): frames other processes wrote are flushed too, L2's skip applies
 ** only while nobody published since this process's last flush. */

@@ -1,9 +1,10 @@
 /*
 ** test_faults.c — failing system calls injected through the VFS's system
 ** call table (sqlite3_vfs.xSetSystemCall, names "waldio_*"): an I/O error on
-** a frame write, on a flush, and a full disk while creating and while
-** growing the log. Each must give SQLite a clear error, lose no committed
-** transaction and leave a database that passes integrity_check.
+** a frame write, on a flush, and a full disk at the log's first
+** preallocation (the first direct commit) and while growing it. Each must
+** give SQLite a clear error, lose no committed transaction and leave a
+** database that passes integrity_check.
 */
 #include "check.h"
 #include "test_util.h"
@@ -132,7 +133,7 @@ static void test_eio_on_flush(const char *zDb){
   reopen_and_check(zDb, 20, 21);
 }
 
-static void test_full_disk_creating_the_log(const char *zDb){
+static void test_full_disk_preallocating_the_log(const char *zDb){
   sqlite3 *db;
   int rc;
   remove_db(zDb);
@@ -178,7 +179,7 @@ int main(void){
   install();
   test_eio_on_frame_write(zDb);
   test_eio_on_flush(zDb);
-  test_full_disk_creating_the_log(zDb);
+  test_full_disk_preallocating_the_log(zDb);
   test_full_disk_growing_the_log(zDb);
   CHECK(g_fault.nInjected>=4);
   remove_db(zDb);

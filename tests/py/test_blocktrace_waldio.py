@@ -35,7 +35,13 @@ def prepare(conn: Any) -> None:
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("CREATE TABLE m(id INTEGER PRIMARY KEY, v BLOB)")
-    conn.execute("INSERT INTO m(v) VALUES(zeroblob(100))")   # log exists now
+    # A new log is block 0 only; direct commits preallocate it as they go
+    # (doubling from 256 KiB). Grow it past the traced window, then restart
+    # it: the window's commits reuse preallocated blocks, as a log in use does.
+    for _ in range(COMMITS + 20):
+        conn.execute("INSERT INTO m(v) VALUES(zeroblob(100))")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("INSERT INTO m(v) VALUES(zeroblob(100))")   # a new generation
 
 
 def traced_commits(conn: Any, fs: Any, db: Path) -> Dict[str, Any]:

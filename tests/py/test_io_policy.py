@@ -9,7 +9,11 @@ seen through PRAGMA waldio_stats, and the log's size after the last close.
   * a transaction larger than one batch: its frames through the page cache,
     appended without zero-filling the log first (which would double its
     bytes), then one flush;
-  * journal_size_limit bounds the log left by the last connection.
+  * journal_size_limit bounds the log left by the last connection;
+  * a new log is block 0 only: the first direct commit preallocates it, and
+    a direct write into bytes a buffered write left unflushed flushes them
+    first (wal_log.h L1); a log with synchronous=OFF writes nobody flushed
+    is cut to block 0 at the last close, before the kernel writes it back.
 Every case also checks the data, so a wrong path cannot pass by losing it.
 """
 from __future__ import annotations
@@ -103,7 +107,8 @@ def test_journal_size_limit_bounds_the_idle_log(sqlite: Any, dbdir: Path) -> Non
     conn = fresh(sqlite, path, "FULL", prealloc="1M")
     wl.inserts(conn, 5, n=10)
     conn.close()
-    assert wal.stat().st_size == 1 << 20                 # default: kept
+    # Default: kept, as the direct commits preallocated it (256 KiB first).
+    assert wal.stat().st_size == 256 << 10
     conn = sqlite.waldio(path, prealloc="1M")
     conn.execute("PRAGMA journal_size_limit=0")
     wl.inserts(conn, 6, n=10)
@@ -111,6 +116,89 @@ def test_journal_size_limit_bounds_the_idle_log(sqlite: Any, dbdir: Path) -> Non
     assert wal.stat().st_size <= 8192                     # one header area
     conn = sqlite.waldio(path, prealloc="1M")              # and it reopens
     wl.inserts(conn, 7, n=10)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 30
+    assert wl.integrity(conn) == "ok"
+    conn.close()
+
+
+def wal_size(path: Path) -> int:
+    return os.path.getsize(str(path) + "-wal")
+
+
+def test_only_direct_commits_preallocate_a_new_log(sqlite: Any, dbdir: Path) -> None:
+    for sync in ("NORMAL", "OFF"):
+        conn = sqlite.waldio(dbdir / f"{sync}.db", flush_ms=60000)
+        wl.setup(conn, sync=sync)
+        wl.inserts(conn, 8, n=20)
+        st = stats(conn)
+        assert st["prealloc_extends"] == 0 and st["prealloc_bytes"] == 0, st
+        # Block 0 and the frames themselves, appended as stock SQLite does.
+        frames = st["frames_written"]
+        assert wal_size(dbdir / f"{sync}.db") == 4096 * (1 + frames), st
+        assert conn.execute("SELECT count(*) FROM t")[0][0] == 20
+        conn.close()
+    conn = sqlite.waldio(dbdir / "full.db")
+    wl.setup(conn, sync="FULL")                          # the first direct commit
+    st = stats(conn)
+    assert st["prealloc_extends"] == 1 and st["prealloc_bytes"] < 256 << 10, st
+    assert wal_size(dbdir / "full.db") == 256 << 10
+    conn.close()
+
+
+def test_a_direct_commit_flushes_buffered_bytes_it_lands_on(sqlite: Any,
+                                                            dbdir: Path) -> None:
+    """OFF commits extend the log through the page cache and nobody flushes
+    them; after a restart, a FULL commit's direct write lands on those
+    blocks, whose allocation may not be durable yet: one flush first, then
+    plain direct writes (L1)."""
+    path = dbdir / "mixed.db"
+    conn = fresh(sqlite, path, "OFF")
+    wl.inserts(conn, 10, n=40)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")      # frames restart at 1
+    size = wal_size(path)
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA waldio_stats=reset")
+    wl.inserts(conn, 11, n=5)
+    st = stats(conn)
+    assert st["prealloc_syncs"] == 1 and st["prealloc_extends"] == 0, st
+    assert st["buffered_writes"] == 0 and wal_size(path) == size, st
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 45
+    conn.close()
+
+
+def test_another_processs_restart_makes_direct_writes_flush_again(
+        sqlite: Any, dbdir: Path) -> None:
+    """What this process knew durable may have been cut and re-extended by
+    another process's TRUNCATE checkpoint: after a new generation it flushes
+    once before its next direct write."""
+    from sql_peer import Peer
+    path = dbdir / "peers.db"
+    conn = fresh(sqlite, path, "FULL")
+    wl.inserts(conn, 12, n=5)
+    peer = Peer(sqlite.name, path)
+    try:
+        assert "error" not in peer.sql("PRAGMA synchronous=OFF")
+        for i in range(30):
+            assert "error" not in peer.sql(f"INSERT INTO t(k, v) VALUES({1000 + i}, randomblob(300))")
+        assert "error" not in peer.sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("PRAGMA waldio_stats=reset")
+        wl.inserts(conn, 13, n=3)
+        st = stats(conn)
+        assert st["prealloc_syncs"] == 1 and st["log_writes"] >= 3, st
+        assert peer.sql("SELECT count(*) FROM t")["rows"] == [[38]]
+    finally:
+        peer.close()
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 38
+    conn.close()
+
+
+def test_unflushed_off_log_is_cut_at_the_last_close(sqlite: Any, dbdir: Path) -> None:
+    path = dbdir / "off.db"
+    conn = fresh(sqlite, path, "OFF")
+    wl.inserts(conn, 14, n=30)
+    conn.close()
+    assert wal_size(path) == 4096          # block 0: nothing to write back
+    conn = sqlite.waldio(path)
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 30
     assert wl.integrity(conn) == "ok"
     conn.close()
