@@ -123,6 +123,14 @@ _add(Mode("waldio-normal", "waldio", "WAL", "NORMAL", waldio_sync="normal",
                      "the last flush_ms plus one flush"))
 
 
+_add(Mode("waldio-ns", "waldio", "WAL", "NORMAL",
+          pragmas=("PRAGMA waldio_sync=ns",), waldio_sync="ns",
+          commit="O_DIRECT overwrite of preallocated log blocks, no flush (the paper's "
+                 "WALDIO NS); log flushed at checkpoints and within flush_ms",
+          durability="no loss on process crash or OS crash; power loss with a volatile "
+                     "device cache may lose commits of the last flush_ms plus one flush"))
+
+
 _add(Mode("waldio-off", "waldio", "WAL", "OFF", waldio_sync="off",
           commit="buffered log write through the page cache; waldio never flushes it "
                  "(as stock WAL with synchronous=OFF)",
@@ -132,7 +140,7 @@ _add(Mode("waldio-off", "waldio", "WAL", "OFF", waldio_sync="off",
 
 # Group commit (the paper's Group Synch; docs/durability.md): one entry per base mode
 # and group mode.  The group PRAGMA comes after the base mode's own PRAGMAs.
-for _base in ("waldio-full", "waldio-persistent", "waldio-normal"):
+for _base in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns"):
     _b = MODES[_base]
     _add(Mode(f"{_base}-async", "waldio", "WAL", _b.synchronous,
               pragmas=_b.pragmas + ("PRAGMA waldio_group=async",), waldio_sync=_b.waldio_sync,
@@ -149,7 +157,7 @@ for _base in ("waldio-full", "waldio-persistent", "waldio-normal"):
               durability=_b.durability))
 
 
-for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-off"):
+for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns", "waldio-off"):
     MODES[_m] = replace(MODES[_m], waldio_group="off")
 
 
