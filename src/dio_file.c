@@ -239,6 +239,25 @@ int dio_read(dio_file *f, void *buf, size_t n, i64 off, size_t *pGot){
   return SQLITE_OK;
 }
 
+int dio_read_cached(dio_file *f, void *buf, size_t n, i64 off){
+  struct iovec iov;
+  ssize_t r;
+  if( f->rwfNowait<0 ) return 0;
+  iov.iov_base = buf;
+  iov.iov_len = n;
+  do{
+    r = f->sys->xPreadv2(f->fdBuf, &iov, 1, off, RWF_NOWAIT);
+  }while( r<0 && errno==EINTR );
+  if( r<0 && (errno==EOPNOTSUPP || errno==EINVAL || errno==ENOSYS) ){
+    f->rwfNowait = -1;        /* this kernel or file system cannot tell */
+  }
+  return r==(ssize_t)n;
+}
+
+void dio_prefetch(dio_file *f, i64 off, i64 len){
+  if( len>0 ) (void)f->sys->xFadvise(f->fdBuf, off, len, POSIX_FADV_WILLNEED);
+}
+
 static int write_failed(dio_file *f, int err, size_t n, i64 off){
   int rc = (err==ENOSPC || err==EDQUOT) ? SQLITE_FULL : SQLITE_IOERR_WRITE;
   return waldio_error(rc, "write of %zu bytes at offset %lld of %s failed: %s",

@@ -44,6 +44,7 @@ typedef struct dio_file {
   const char *zDioSource;   /* where offAlign came from */
   int writeZeroes;          /* FALLOC_FL_WRITE_ZEROES: 1 ok, 0 untried, -1 no */
   int rwfDsync;             /* RWF_DSYNC: 1 ok, 0 untried, -1 no */
+  int rwfNowait;            /* RWF_NOWAIT reads: 0 ok or untried, -1 no */
 } dio_file;
 
 /* Open (creating with mode if absent) and probe. *pCreated is set when the
@@ -58,6 +59,14 @@ void dio_free(void *p);
 /* Read up to n bytes at off through the page cache; *pGot receives the
 ** count (short at EOF). */
 int dio_read(dio_file *f, void *buf, size_t n, i64 off, size_t *pGot);
+
+/* Read n bytes at off only if the page cache holds all of them: 1 (buf
+** filled) or 0 (not cached, or the kernel cannot tell: read normally). */
+int dio_read_cached(dio_file *f, void *buf, size_t n, i64 off);
+
+/* Ask the kernel to read [off, off+len) into the page cache, in the
+** background (POSIX_FADV_WILLNEED). Advisory: errors are ignored. */
+void dio_prefetch(dio_file *f, i64 off, i64 len);
 
 /* Write n bytes at off. Flags: DIO_DSYNC, the write is durable when this
 ** returns (RWF_DSYNC, or write + fdatasync where RWF_DSYNC is unavailable);

@@ -25,6 +25,8 @@ void waldio_syscalls_default(waldio_syscalls *t){
   t->xOpen = sys_open;
   t->xClose = close;
   t->xPread = pread;
+  t->xPreadv2 = preadv2;
+  t->xFadvise = posix_fadvise;
   t->xPwrite = pwrite;
   t->xPwritev2 = pwritev2;
   t->xFdatasync = fdatasync;
@@ -47,6 +49,8 @@ static const struct { const char *zName; size_t off; } aName[] = {
   { "waldio_open",      offsetof(waldio_syscalls, xOpen) },
   { "waldio_close",     offsetof(waldio_syscalls, xClose) },
   { "waldio_pread",     offsetof(waldio_syscalls, xPread) },
+  { "waldio_preadv2",   offsetof(waldio_syscalls, xPreadv2) },
+  { "waldio_fadvise",   offsetof(waldio_syscalls, xFadvise) },
   { "waldio_pwrite",    offsetof(waldio_syscalls, xPwrite) },
   { "waldio_pwritev2",  offsetof(waldio_syscalls, xPwritev2) },
   { "waldio_fdatasync", offsetof(waldio_syscalls, xFdatasync) },

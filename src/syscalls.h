@@ -21,6 +21,9 @@ typedef struct waldio_syscalls {
   int (*xOpen)(const char *path, int flags, mode_t mode);
   int (*xClose)(int fd);
   ssize_t (*xPread)(int fd, void *buf, size_t n, off_t off);
+  ssize_t (*xPreadv2)(int fd, const struct iovec *iov, int n, off_t off,
+                      int flags);             /* RWF_NOWAIT: cached or not */
+  int (*xFadvise)(int fd, off_t off, off_t len, int advice);
   ssize_t (*xPwrite)(int fd, const void *buf, size_t n, off_t off);
   ssize_t (*xPwritev2)(int fd, const struct iovec *iov, int n, off_t off,
                        int flags);

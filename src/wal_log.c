@@ -14,6 +14,17 @@
 ** use it never are. Buffered writes that may extend the file take growMutex
 ** too, so that a fill never lands on frames written meanwhile (L7).
 **
+** Read-ahead. Frames this process did not write, or wrote directly (a
+** direct write drops the cached pages it covers), are read from the device
+** one slot at a time, in the order SQLite asks for pages: a reader process
+** scanning a table after a writer's FULL commits made 1,104 such reads (0.18
+** s on a virtio disk; stock SQLite's reader finds its WAL in the page cache).
+** Each read first asks the page cache alone (RWF_NOWAIT); after RA_MISSES
+** misses within one snapshot, the log asks the kernel to read the
+** snapshot's frames ahead in the background (POSIX_FADV_WILLNEED, at most
+** RA_MAX bytes around the miss): large sequential reads instead of many
+** small ones. A point lookup misses too rarely to trigger it.
+**
 ** Cache trust (L3). The cache holds slots this process wrote. Another
 ** process can overwrite a slot only by committing (or restarting the log),
 ** and every commit changes SQLite's wal-index header. So the log records
@@ -38,6 +49,8 @@
 
 #define GROW_ROUND (1LL << 20)
 #define GROW_MIN   (256LL << 10)
+#define RA_MISSES  8
+#define RA_MAX     (32LL << 20)
 
 i64 log_round_up(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
 
@@ -180,6 +193,50 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
+/* The end of the snapshot's frames in the file: after mxFrame (bytes 16-19
+** of SQLite's WalIndexHdr, native order), or the file's extent without a
+** wal-index. Mutex held. */
+static i64 snapshot_end(const waldio_log *pLog, const volatile void *shm0,
+                        const wal_geometry *g){
+  u32 mx;
+  if( !shm0 ) return pLog->physSize;
+  memcpy(&mx, (const u8*)shm0 + 16, 4);
+  return wf_slot_offset(g, mx + 1);
+}
+
+/* A read at off found its bytes outside the page cache: count it, and
+** start a read-ahead when they keep missing (the comment at the top). */
+static void missed(waldio_log *pLog, const volatile void *shm0,
+                   const wal_geometry *g, i64 off){
+  u8 aSnap[12];
+  i64 lo = 0, hi = 0, end;
+  memset(aSnap, 0, sizeof(aSnap));
+  if( shm0 ){
+    memcpy(aSnap, (const u8*)shm0 + 16, 4);         /* mxFrame */
+    memcpy(aSnap + 4, (const u8*)shm0 + 32, 8);     /* salts */
+  }
+  pthread_mutex_lock(&pLog->mutex);
+  pLog->stats.device_reads++;
+  if( memcmp(aSnap, pLog->aRaSnap, sizeof(aSnap))!=0 ){
+    memcpy(pLog->aRaSnap, aSnap, sizeof(aSnap));    /* a new snapshot */
+    pLog->raLo = pLog->raHi = 0;
+    pLog->raMisses = 0;
+  }
+  if( (off<pLog->raLo || off>=pLog->raHi) && ++pLog->raMisses>=RA_MISSES ){
+    end = snapshot_end(pLog, shm0, g);
+    lo = off - RA_MAX/2;
+    if( lo>end - RA_MAX ) lo = end - RA_MAX;
+    if( lo<(i64)g->area ) lo = g->area;
+    hi = lo + RA_MAX < end ? lo + RA_MAX : end;
+    pLog->raLo = lo;
+    pLog->raHi = hi;
+    pLog->raMisses = 0;
+    pLog->stats.readaheads++;
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+  if( hi>lo ) dio_prefetch(&pLog->file, lo, hi - lo);
+}
+
 int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
                    const volatile void *shm0, u8 *scratch, u8 *out,
                    int *pShort){
@@ -187,6 +244,7 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
   const u8 *p;
   wal_geometry g;
   size_t got = 0;
+  i64 off;
   int i, n, rc = SQLITE_OK;
   *pShort = 0;
   pthread_mutex_lock(&pLog->mutex);
@@ -213,8 +271,10 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
       memset(dst, 0, aRun[i].n);        /* the embed tail: logically zero */
       continue;
     }
-    rc = dio_read(&pLog->file, dst, aRun[i].n,
-                  wf_slot_offset(&g, frame) + aRun[i].inSlot, &got);
+    off = wf_slot_offset(&g, frame) + aRun[i].inSlot;
+    if( dio_read_cached(&pLog->file, dst, aRun[i].n, off) ) continue;
+    missed(pLog, shm0, &g, off);
+    rc = dio_read(&pLog->file, dst, aRun[i].n, off, &got);
     if( rc==SQLITE_OK && got<aRun[i].n ) *pShort = 1;
   }
   pthread_mutex_lock(&pLog->mutex);

@@ -83,6 +83,9 @@ typedef struct waldio_stats {
   u64 cache_misses;
   u64 cache_invalidations;
   u64 disk_reads;          /* reads through the page cache */
+  u64 device_reads;        /* of which found outside it (read from the
+                           ** device), where the kernel can tell */
+  u64 readaheads;          /* read-aheads of a snapshot's frames */
   u64 bytes_read;
   u64 buffered_writes;     /* writes through the page cache */
   u64 logical_truncates;
@@ -140,6 +143,9 @@ struct waldio_log {
   int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
+  i64 raLo, raHi;          /* the last read-ahead (wal_log.c), for the */
+  u8 aRaSnap[12];          /* snapshot (mxFrame, salts) it was made in */
+  u32 raMisses;            /* device reads since */
   u64 armedSeq;            /* writeSeq of the last write under a flush bound
                            ** (LOG_ARM): a close or exit flushes up to it */
   int poisoned;            /* L4 */

@@ -202,3 +202,37 @@ def test_unflushed_off_log_is_cut_at_the_last_close(sqlite: Any, dbdir: Path) ->
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 30
     assert wl.integrity(conn) == "ok"
     conn.close()
+
+
+def test_a_reader_process_reads_ahead_what_keeps_missing_the_page_cache(
+        sqlite: Any, dbdir: Path) -> None:
+    """Frames written directly are not in the page cache: another process's
+    point lookups read them one by one, its scan asks the kernel to read the
+    snapshot ahead after a few misses (wal_log.c, read-ahead)."""
+    from sql_peer import Peer
+    path = dbdir / "scan.db"
+    conn = fresh(sqlite, path, "FULL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("BEGIN")
+    for i in range(2000):
+        conn.execute("INSERT INTO t(k, v) VALUES(?, randomblob(500))", (i,))
+    conn.execute("COMMIT")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.execute("PRAGMA waldio_stats=reset")
+    for i in range(300):                                # direct commits
+        conn.execute("UPDATE t SET v = randomblob(500) WHERE k = ?", ((i * 7919) % 2000,))
+    assert stats(conn)["buffered_writes"] == 0
+    want = conn.execute("SELECT count(*), sum(length(v)) FROM t")[0]
+    peer = Peer(sqlite.name, path)
+    try:
+        for k in (5, 900, 1700):
+            assert peer.sql(f"SELECT length(v) FROM t WHERE k = {k}")["rows"] == [[500]]
+        st = json.loads(peer.sql("PRAGMA waldio_stats")["rows"][0][0])
+        assert st["readaheads"] == 0 and 0 < st["device_reads"] < 8, st
+        assert peer.sql("SELECT count(*), sum(length(v)) FROM t")["rows"] == [list(want)]
+        st = json.loads(peer.sql("PRAGMA waldio_stats")["rows"][0][0])
+        assert st["readaheads"] >= 1, st
+        assert st["device_reads"] < st["disk_reads"], st   # the rest was cached
+    finally:
+        peer.close()
+    conn.close()
