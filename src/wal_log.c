@@ -8,9 +8,9 @@
 ** makes the range durable first: bytes already in the file (written through
 ** the page cache by a large transaction or a NORMAL commit) need only an
 ** fdatasync; beyond the file's end it zero-fills an extension and
-** fdatasyncs it. A small log doubles, from 256 KiB up to the configured
-** preallocation; a larger one grows by max(preallocation, 1/4 of its
-** size), in whole MiB. The extension is journaled once, the commits that
+** fdatasyncs it, adding a runway for the direct commits to come that
+** doubles at each growth, from 256 KiB up to the configured preallocation.
+** The extension is journaled once, the commits that
 ** use it never are. Buffered writes that may extend the file take growMutex
 ** too, so that a fill never lands on frames written meanwhile (L7).
 **
@@ -47,7 +47,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#define GROW_ROUND (1LL << 20)
 #define GROW_MIN   (256LL << 10)
 #define RA_MISSES  8
 #define RA_MAX     (32LL << 20)
@@ -286,18 +285,19 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
 
 /* ------------------------------------------------------------ the writes */
 
-/* Where a log of `have` bytes grows to, to hold [0, end). */
-static i64 grow_target(const waldio_log *pLog, i64 have, i64 end){
-  i64 target, grow;
-  if( have<pLog->preallocInitial ){
-    target = have*2 < GROW_MIN ? GROW_MIN : have*2;
-    if( target>pLog->preallocInitial ) target = pLog->preallocInitial;
-    target = log_round_up(target, pLog->file.block);
-  }else{
-    grow = have/4 < pLog->preallocInitial ? pLog->preallocInitial : have/4;
-    target = log_round_up(have + grow, GROW_ROUND);
-  }
-  return target<end ? log_round_up(end, GROW_ROUND) : target;
+/* Where a log of `size` bytes grows to, to hold [0, end): by a runway for
+** the direct commits to come that doubles at each growth, from 256 KiB up
+** to the configured preallocation, in multiples of 256 KiB (or of the
+** preallocation, if smaller). It does not
+** double with the file: a log that a large transaction extended through
+** the page cache gets the same runway as one that only direct commits
+** grew. growMutex held. */
+static i64 grow_target(waldio_log *pLog, i64 size, i64 end){
+  i64 runway = pLog->runway ? pLog->runway*2 : GROW_MIN, unit;
+  if( runway>pLog->preallocInitial ) runway = pLog->preallocInitial;
+  unit = runway<GROW_MIN ? runway : GROW_MIN;
+  pLog->runway = runway;
+  return (end>size ? end : size) / unit * unit + runway;   /* > end */
 }
 
 /* Make [0, end) durable before a direct write lands there (L1), one
@@ -314,8 +314,13 @@ static int make_durable(waldio_log *pLog, i64 end){
   pthread_mutex_unlock(&pLog->mutex);
   if( end<=have ) return SQLITE_OK;
   rc = dio_file_size(&pLog->file, &size);
+  if( rc==SQLITE_OK && size % pLog->file.block ){
+    /* Never fill over written bytes: end the file at its last block's end
+    ** (that block is allocated; only the size changes, made durable below). */
+    size = log_round_up(size, pLog->file.block);
+    rc = dio_truncate(&pLog->file, size);
+  }
   if( rc ) return rc;
-  size = size / pLog->file.block * pLog->file.block;
   target = end<=size ? size : grow_target(pLog, size, end);
   rc = dio_zero_fill(&pLog->file, size, target - size);
   if( rc ) return rc;                 /* a full disk: nothing is lost */

@@ -133,6 +133,7 @@ struct waldio_log {
   i64 physSize;            /* L1 */
   i64 durableEnd;          /* L1: direct writes land below it */
   i64 preallocInitial;
+  i64 runway;              /* the last growth's runway (growMutex) */
   long long cacheBudget;
   int flushMs;
   frame_cache cache;
