@@ -144,7 +144,8 @@ static int run_op_prepared(wbr_job *j, const wbr_op *op) {
 static int run_txn_prepared(wbr_job *j, const wbr_txn *t) {
   int rc = SQLITE_OK;
   if (t->begin_stmt >= 0) rc = step_all(j, j->stmts[t->begin_stmt], 0);
-  for (int k = 0; rc == SQLITE_OK && k < t->nop; k++) rc = run_op_prepared(j, &j->ops[t->first_op + k]);
+  for (int k = 0; rc == SQLITE_OK && k < t->nop; k++)
+    rc = run_op_prepared(j, &j->ops[t->first_op + k]);
   if (rc == SQLITE_OK && t->commit_stmt >= 0) rc = step_all(j, j->stmts[t->commit_stmt], 0);
   return rc;
 }
@@ -216,7 +217,8 @@ WBR_API int wbr_prepare(const sqlite3_api_routines *api, sqlite3 *db, int n,
       if (*tail) rc = SQLITE_MISUSE;
     }
     if (rc != SQLITE_OK) {
-      const char *msg = rc == SQLITE_MISUSE ? "more than one statement in one plan text" : api->errmsg(db);
+      const char *msg = rc == SQLITE_MISUSE ? "more than one statement in one plan text"
+                                            : api->errmsg(db);
       if (err && errlen > 0) {
         strncpy(err, msg ? msg : "", (size_t)errlen - 1);
         err[errlen - 1] = 0;

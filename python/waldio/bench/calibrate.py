@@ -80,7 +80,8 @@ def _timed_python(bench: "Bench", conn: Any, n: int) -> int:
     lat: List[int] = []
     pc = time.perf_counter_ns
     t0 = pc()
-    bench._txn_loop(None, 0, conn, ":memory:", lat, {}, [0], [0], [], limit=n)  # type: ignore[arg-type]
+    bench._txn_loop(None, 0, conn, ":memory:", lat, {}, [0], [0], [],  # type: ignore[arg-type]
+                    limit=n)
     return pc() - t0
 
 

@@ -239,7 +239,8 @@ def dry_run(args: argparse.Namespace) -> int:
     c = Comparison(args)
     for v in args.versions:
         print(f"build {v}: git show {v}:shell/mobibench.c > mobibench.c (from "
-              f"{args.mobibench_source}); {' '.join(M.build_command('mobibench.c', f'mobibench-{v}'))}")
+              f"{args.mobibench_source}); "
+              f"{' '.join(M.build_command('mobibench.c', f'mobibench-{v}'))}")
     for t, v, j, s in c.cells:
         d = "<loop ext4>" if t == "loop" else args.root_dir
         print(f"{t} {v} {j}-{s}:")

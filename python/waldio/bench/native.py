@@ -351,7 +351,8 @@ class TxnLoop:
         t0 = (ctypes.c_int64 * max(1, n))()
         t1 = (ctypes.c_int64 * max(1, n))()
         job = _Job(api=prepared.api, db=prepared.db, style=_STYLE_CODE[cp.style], ntxn=n,
-                   stamps=int(stamps), stmts=ctypes.addressof(prepared.stmts), sql=ctypes.addressof(cp._sql_array),
+                   stamps=int(stamps), stmts=ctypes.addressof(prepared.stmts),
+                   sql=ctypes.addressof(cp._sql_array),
                    txns=ctypes.addressof(cp.txns), ops=ctypes.addressof(cp.ops),
                    params=ctypes.addressof(cp.values), think_ns=int(think_ns),
                    t_start=ctypes.addressof(t0), t_end=ctypes.addressof(t1))
