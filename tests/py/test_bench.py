@@ -189,8 +189,12 @@ def test_mode_table_and_spec_grammar() -> None:
     assert [s.label for s in specs][:3] == ["waldio-full:pad4k", "waldio-persistent:pad4k",
                                             "waldio-normal:pad4k"]
     assert [s.label for s in specs][-2:] == ["delete-off@system", "raw-dio"]
-    # 3 base modes x (off, async, durable), waldio-off, and the two explicit ones
-    assert len(specs) == 3 * 3 + 1 + 2
+    # 4 base modes (full, persistent, normal, ns) x (off, async, durable),
+    # waldio-off, and the two explicit ones
+    assert len(specs) == 4 * 3 + 1 + 2
+    ns = B.MODES["waldio-ns"]
+    assert (ns.synchronous, ns.waldio_sync, ns.pragmas) == ("NORMAL", "ns",
+                                                            ("PRAGMA waldio_sync=ns",))
     assert B.MODES["waldio-off"].synchronous == "OFF" and B.MODES["waldio-off"].waldio_sync == "off"
     assert specs[-1].sqlite is None and specs[-2].sqlite == "system"
     g = B.MODES["waldio-persistent-async"]
