@@ -10,9 +10,9 @@
 ** fdatasync; beyond the file's end it zero-fills an extension and
 ** fdatasyncs it, adding a runway for the direct commits to come that
 ** doubles at each growth, from 256 KiB up to the configured preallocation.
-** The extension is journaled once, the commits that
-** use it never are. Buffered writes that may extend the file take growMutex
-** too, so that a fill never lands on frames written meanwhile (L7).
+** The extension is journaled once, the commits that use it never are.
+** Buffered writes that may extend the file take growMutex too, so that a
+** fill never lands on frames written meanwhile (L7).
 **
 ** Read-ahead. Frames this process did not write, or wrote directly (a
 ** direct write drops the cached pages it covers), are read from the device
