@@ -351,8 +351,11 @@ static int dbShmMap(sqlite3_file *f, int iRegion, int szRegion, int bExtend,
   *pp = 0;
   if( !h ) return rc;
   rc = h->pMethods->xShmMap(h, iRegion, szRegion, bExtend, pp);
-  if( (rc==SQLITE_OK || rc==SQLITE_READONLY) && iRegion==0 && *pp ){
-    D(f)->shm0 = *pp;
+  if( (rc==SQLITE_OK || rc==SQLITE_READONLY) && *pp ){
+    if( iRegion==0 ) D(f)->shm0 = *pp;
+    if( iRegion<WAL_INDEX_REGIONS && szRegion==WAL_INDEX_REGION_BYTES ){
+      D(f)->view.apRegion[iRegion] = *pp;
+    }
   }
   return rc;
 }
@@ -416,6 +419,7 @@ static int dbShmUnmap(sqlite3_file *f, int deleteFlag){
     p->pWal->closeClean = 1;
   }
   p->shm0 = 0;
+  memset(&p->view, 0, sizeof(p->view));
   if( p->pShmHost ){
     rc = p->pShmHost->pMethods->xShmUnmap(p->pShmHost, deleteFlag);
     close_shm_host(p);

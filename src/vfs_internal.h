@@ -22,6 +22,7 @@
 
 #include "sqlite_api.h"
 #include "syscalls.h"
+#include "wal_index.h"
 #include "wal_log.h"
 #include "waldio.h"
 
@@ -56,6 +57,7 @@ typedef struct waldio_db_file {
   int persistWal;            /* application's SQLITE_FCNTL_PERSIST_WAL, -1 */
   int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
   volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
+  wal_index_view view;       /* the regions mapped (read-ahead advice) */
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
                              ** waldio's wal-index, "<db>-wal-shm" */
   const char *zShmHostName;

@@ -351,7 +351,8 @@ static int read_frames(waldio_wal_file *p, const wal_geometry *g, u8 *out,
     u32 lo = (u32)(pos - start);
     u32 hi = (u32)((end - start) < frameBytes ? end - start : frameBytes);
     int isShort = 0;
-    int rc = log_read_frame(p->pLog, frame, lo, hi, shm_of(p), p->aSlot,
+    int rc = log_read_frame(p->pLog, frame, lo, hi, shm_of(p),
+                            p->pDb ? &p->pDb->view : 0, p->aSlot,
                             out + (pos - base), &isShort);
     if( rc ) return rc;
     if( isShort ){

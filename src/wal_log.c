@@ -20,10 +20,13 @@
 ** scanning a table after a writer's FULL commits made 1,104 such reads (0.18
 ** s on a virtio disk; stock SQLite's reader finds its WAL in the page cache).
 ** Each read first asks the page cache alone (RWF_NOWAIT); after RA_MISSES
-** misses within one snapshot, the log asks the kernel to read the
-** snapshot's frames ahead in the background (POSIX_FADV_WILLNEED, at most
-** RA_MAX bytes around the miss): large sequential reads instead of many
-** small ones. A point lookup misses too rarely to trigger it.
+** misses within one snapshot, the log asks the kernel to read ahead, in the
+** background (POSIX_FADV_WILLNEED), the frames that hold the newest copy of
+** their page (read from the wal-index, wal_index.h; at most RA_MAX bytes of
+** them): the reads SQLite is about to make, all queued at once instead of
+** one after another. Without the wal-index regions, the snapshot's frames
+** around the miss (RA_MAX bytes). A point lookup misses too rarely to
+** trigger it.
 **
 ** Cache trust (L3). The cache holds slots this process wrote. Another
 ** process can overwrite a slot only by committing (or restarting the log),
@@ -195,18 +198,40 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
 /* The end of the snapshot's frames in the file: after mxFrame (bytes 16-19
 ** of SQLite's WalIndexHdr, native order), or the file's extent without a
 ** wal-index. Mutex held. */
+static u32 mxFrame_of(const volatile void *shm0){
+  u32 mx;
+  memcpy(&mx, (const u8*)shm0 + 16, 4);
+  return mx;
+}
+
 static i64 snapshot_end(const waldio_log *pLog, const volatile void *shm0,
                         const wal_geometry *g){
-  u32 mx;
   if( !shm0 ) return pLog->physSize;
-  memcpy(&mx, (const u8*)shm0 + 16, 4);
-  return wf_slot_offset(g, mx + 1);
+  return wf_slot_offset(g, mxFrame_of(shm0) + 1);
+}
+
+/* Ask for the newest frame of every page of the snapshot, in runs of
+** consecutive slots. Returns 0 if the wal-index could not tell. */
+static int prefetch_newest(waldio_log *pLog, const wal_index_view *pView,
+                           const wal_geometry *g, u32 mxFrame){
+  int nMax = (int)(RA_MAX / g->slot), n, i, j;
+  u32 *aFrame = pView ? sqlite3_malloc64((u64)nMax * sizeof(u32)) : 0;
+  if( !aFrame ) return 0;
+  n = wal_index_newest_frames(pView, mxFrame, aFrame, nMax);
+  for(i=0; i<n; i=j){
+    for(j=i+1; j<n && aFrame[j]==aFrame[j-1]+1; j++){}
+    dio_prefetch(&pLog->file, wf_slot_offset(g, aFrame[i]),
+                 (i64)(j - i) * g->slot);
+  }
+  sqlite3_free(aFrame);
+  return n>0;
 }
 
 /* A read at off found its bytes outside the page cache: count it, and
 ** start a read-ahead when they keep missing (the comment at the top). */
 static void missed(waldio_log *pLog, const volatile void *shm0,
-                   const wal_geometry *g, i64 off){
+                   const wal_index_view *pView, const wal_geometry *g,
+                   i64 off){
   u8 aSnap[12];
   i64 lo = 0, hi = 0, end;
   memset(aSnap, 0, sizeof(aSnap));
@@ -233,12 +258,14 @@ static void missed(waldio_log *pLog, const volatile void *shm0,
     pLog->stats.readaheads++;
   }
   pthread_mutex_unlock(&pLog->mutex);
-  if( hi>lo ) dio_prefetch(&pLog->file, lo, hi - lo);
+  if( hi>lo && (!shm0 || !prefetch_newest(pLog, pView, g, mxFrame_of(shm0))) ){
+    dio_prefetch(&pLog->file, lo, hi - lo);
+  }
 }
 
 int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
-                   const volatile void *shm0, u8 *scratch, u8 *out,
-                   int *pShort){
+                   const volatile void *shm0, const wal_index_view *pView,
+                   u8 *scratch, u8 *out, int *pShort){
   wf_run aRun[3];
   const u8 *p;
   wal_geometry g;
@@ -272,7 +299,7 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
     }
     off = wf_slot_offset(&g, frame) + aRun[i].inSlot;
     if( dio_read_cached(&pLog->file, dst, aRun[i].n, off) ) continue;
-    missed(pLog, shm0, &g, off);
+    missed(pLog, shm0, pView, &g, off);
     rc = dio_read(&pLog->file, dst, aRun[i].n, off, &got);
     if( rc==SQLITE_OK && got<aRun[i].n ) *pShort = 1;
   }

@@ -56,6 +56,7 @@
 #include "log_group.h"
 #include "syscalls.h"
 #include "wal_format.h"
+#include "wal_index.h"
 #include "waldio.h"
 
 #include <pthread.h>
@@ -194,11 +195,12 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr);
 
 /* Read logical bytes [lo,hi) of frame (0 <= lo < hi <= page+24) into out:
 ** from the group buffer or the cache of directly written slots (L3), else
-** through the page cache. scratch: one slot of memory. *pShort is set if
+** through the page cache. pView (may be NULL): the caller's wal-index
+** regions, which tell a read-ahead which frames to ask for. scratch: one slot of memory. *pShort is set if
 ** the file ended first. */
 int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
-                   const volatile void *shm0, u8 *scratch, u8 *out,
-                   int *pShort);
+                   const volatile void *shm0, const wal_index_view *pView,
+                   u8 *scratch, u8 *out, int *pShort);
 
 /* What a write was, for the statistics. */
 enum { LOG_WRITE_FRAME, LOG_WRITE_PAGE, LOG_WRITE_HEADER, LOG_WRITE_OTHER };

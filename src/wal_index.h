@@ -1,0 +1,36 @@
+/*
+** wal_index.h — reading SQLite's wal-index (the shared-memory regions SQLite
+** maps through xShmMap) for advice only: which frames hold the newest copy
+** of their page, so that a reader can ask the kernel for exactly those.
+**
+** The layout is SQLite's WAL-index format (src/wal.c, "WAL-INDEX FORMAT",
+** unchanged since 3.7.0): 32 KiB regions; region 0 begins with two copies of
+** the 48-byte header and the 40-byte checkpoint information (136 bytes),
+** then lists the page number of frames 1..4062; every later region lists
+** the page numbers of the next 4096 frames (and a hash table after them).
+**
+** Nothing here is trusted for correctness: another process may change the
+** regions while they are read, and a wrong answer only prefetches the wrong
+** blocks. Regions this connection never mapped end the walk.
+*/
+#ifndef WALDIO_WAL_INDEX_H
+#define WALDIO_WAL_INDEX_H
+
+#include "waldio.h"
+#include "wal_format.h"
+
+#define WAL_INDEX_REGION_BYTES 32768
+#define WAL_INDEX_REGIONS      64     /* remembered: 262,206 frames */
+
+/* The regions a database connection has mapped (db_file.c). */
+typedef struct wal_index_view {
+  const volatile void *apRegion[WAL_INDEX_REGIONS];
+} wal_index_view;
+
+/* Up to nMax frames of [1, mxFrame] that hold the newest copy of their
+** page, in ascending order, into aFrame. Returns how many (0 if the view
+** lacks a region, or memory is short: the caller falls back). */
+int wal_index_newest_frames(const wal_index_view *v, u32 mxFrame,
+                            u32 *aFrame, int nMax);
+
+#endif
