@@ -352,6 +352,11 @@ class Driver(Protocol):
         """Load an extension into the process through a throwaway ``:memory:`` connection."""
         ...
 
+    def has_vfs(self, name: str) -> bool:
+        """Whether a VFS of that name is registered in this SQLite library (an
+        extension loaded earlier in the process, by any caller)."""
+        ...
+
 
 # --------------------------------------------------------------------------- apsw
 
@@ -503,6 +508,9 @@ class ApswDriver:
         with self.connect(":memory:", uri=False) as conn:
             conn.load_extension(path, entry_point)
 
+    def has_vfs(self, name: str) -> bool:
+        return name in self._apsw.vfs_names()
+
     def __repr__(self) -> str:
         return f"<ApswDriver {self.name}>"
 
@@ -514,6 +522,7 @@ _TRANSIENT = ctypes.c_void_p(-1)  # SQLITE_TRANSIENT: SQLite copies the bound bu
 
 _PROTOTYPES: Dict[str, Tuple[Any, List[Any]]] = {
     "sqlite3_libversion": (ctypes.c_char_p, []),
+    "sqlite3_vfs_find": (ctypes.c_void_p, [ctypes.c_char_p]),
     "sqlite3_open_v2": (ctypes.c_int, [ctypes.c_char_p, _c_void_p_p, ctypes.c_int, ctypes.c_char_p]),
     "sqlite3_close_v2": (ctypes.c_int, [ctypes.c_void_p]),
     # zSql is passed as an address (c_void_p) so the tail can be walked.
@@ -840,6 +849,9 @@ class SystemDriver:
     def load_extension(self, path: str, entry_point: Optional[str] = None) -> None:
         with self.connect(":memory:", uri=False) as conn:
             conn.load_extension(path, entry_point)
+
+    def has_vfs(self, name: str) -> bool:
+        return bool(self._lib.lib.sqlite3_vfs_find(name.encode("utf-8")))
 
     def __repr__(self) -> str:
         return f"<SystemDriver {self.name} {self._lib.path}>"

@@ -50,10 +50,14 @@ class Sqlite:
 
 
 def load_waldio(driver: Any) -> Any:
+    """waldio in this SQLite build: a copy loaded here, or the one a test
+    that ran waldio bench in this process loaded first (a second copy would
+    be refused: "a VFS named waldio exists and is not waldio")."""
     if driver.name not in _loaded:
-        copy = _EXT_COPIES / ("waldio-%s.so" % driver.kind)
-        shutil.copyfile(waldio.extension_path(), copy)
-        driver.load_extension(str(copy), waldio.ENTRY_POINT)
+        if not driver.has_vfs(waldio.VFS_NAME):
+            copy = _EXT_COPIES / ("waldio-%s.so" % driver.kind)
+            shutil.copyfile(waldio.extension_path(), copy)
+            driver.load_extension(str(copy), waldio.ENTRY_POINT)
         _loaded[driver.name] = driver
     return _loaded[driver.name]
 

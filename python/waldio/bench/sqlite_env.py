@@ -88,12 +88,17 @@ class SqliteEnv:
                 drv = drivers.driver_by_name("system")
             except LookupError as e:
                 raise BenchError(f"--sqlite system: {e}") from e
-            self._tmp = tempfile.mkdtemp(prefix="waldio-bench-ext-")
-            copy = os.path.join(self._tmp, "waldio-system.so")
-            shutil.copyfile(waldio.extension_path(), copy)
-            drv.load_extension(copy, waldio.ENTRY_POINT)
+            if drv.has_vfs(waldio.VFS_NAME):
+                # As for apsw above: a copy is there already (a test fixture).
+                self.extensions["system"] = "already registered in this process (not " \
+                                            "loaded by waldio bench)"
+            else:
+                self._tmp = tempfile.mkdtemp(prefix="waldio-bench-ext-")
+                copy = os.path.join(self._tmp, "waldio-system.so")
+                shutil.copyfile(waldio.extension_path(), copy)
+                drv.load_extension(copy, waldio.ENTRY_POINT)
+                self.extensions["system"] = f"copy of {waldio.extension_path()} at {copy}"
             self._system = drv
-            self.extensions["system"] = f"copy of {waldio.extension_path()} at {copy}"
 
     def version(self, build: str) -> str:
         if build == "apsw":
