@@ -80,6 +80,16 @@ def process_env() -> SqliteEnv:
         return _env
 
 
+def _extend_span(span: Dict[str, List[int]], phase: str, t0: int, t1: int) -> None:
+    """A phase's [first start, last end, transactions], grown by one."""
+    sp = span.get(phase)
+    if sp is None:
+        span[phase] = [t0, t1, 1]
+    else:
+        sp[1] = t1
+        sp[2] += 1
+
+
 class Bench:
     """Runs every mode, interleaved, and returns the result document (see bench.schema.json)."""
 
@@ -651,12 +661,7 @@ class Bench:
             lat[t].extend(b - a for a, b in zip(starts, ends))
             span = spans[t]
             for (phase, _stmts), a, b in zip(self.plans[t].txns, starts, ends):
-                sp = span.get(phase)
-                if sp is None:
-                    span[phase] = [a, b, 1]
-                else:
-                    sp[1] = b
-                    sp[2] += 1
+                _extend_span(span, phase, a, b)
             sel_rows[t] = r.rows
             think_ns[t] = r.slept_ns
 
@@ -748,12 +753,7 @@ class Bench:
                 c.close()
             t1 = pc()
             append(t1 - t0)
-            sp = span.get(phase)
-            if sp is None:
-                span[phase] = [t0, t1, 1]
-            else:
-                sp[1] = t1
-                sp[2] += 1
+            _extend_span(span, phase, t0, t1)
             if think and i != last:
                 ts = pc()
                 time.sleep(think)

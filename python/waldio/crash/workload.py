@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 DB_NAME = "c.db"
 
@@ -253,6 +253,13 @@ def apsw_module() -> Any:
 def reference_digests(workload: str, seed: int, txns: int) -> List[str]:
     """digests[k]: the database after exactly the first k transactions,
     computed on a plain in-memory database (no waldio, no recording)."""
+    return _digests_after_each(st for st in make_steps(workload, seed, txns)
+                               if st.kind == "txn")
+
+
+def _digests_after_each(steps: Iterable[Step]) -> List[str]:
+    """Replay steps on a fresh in-memory database (no waldio, no recording):
+    the digest after setup, then after each step."""
     apsw = apsw_module()
     conn = apsw.Connection(":memory:")
     conn.execute(SCHEMA)
@@ -260,9 +267,7 @@ def reference_digests(workload: str, seed: int, txns: int) -> List[str]:
         for sql, params in setup_sql():
             conn.execute(sql, params)
     out = [digest(conn)]
-    for step in make_steps(workload, seed, txns):
-        if step.kind != "txn":
-            continue
+    for step in steps:
         with conn:
             for sql, params in step.sql:
                 conn.execute(sql, params)
@@ -299,20 +304,7 @@ def reference_digests_in_order(workload: str, seed: int, txns: int,
                                order: Sequence[Sequence[int]]) -> List[str]:
     """reference_digests for a multi-process workload: digests[g] is the
     database after the first g transactions of the recorded commit order."""
-    apsw = apsw_module()
-    conn = apsw.Connection(":memory:")
-    conn.execute(SCHEMA)
-    with conn:
-        for sql, params in setup_sql():
-            conn.execute(sql, params)
-    out = [digest(conn)]
-    for step in _transactions(workload, seed, txns, order):
-        with conn:
-            for sql, params in step.sql:
-                conn.execute(sql, params)
-        out.append(digest(conn))
-    conn.close()
-    return out
+    return _digests_after_each(_transactions(workload, seed, txns, order))
 
 
 def reference_rows(workload: str, seed: int, txns: int, k: int,
