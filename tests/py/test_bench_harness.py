@@ -16,6 +16,8 @@ import pytest
 
 from waldio import bench as B
 from waldio import drivers
+
+from test_bench import failures  # noqa: E402  (one reading of a run's checks)
 from waldio.bench import cli as bench_cli
 from waldio.bench import compare_mobibench as C
 from waldio.bench import mobibench as M
@@ -45,14 +47,6 @@ def run_engine(rundir: str, preset: str, modes: str, loop: str = "native",
         return bench.run(target)
 
 
-def failures(doc: Dict[str, Any]) -> List[str]:
-    out = []
-    for m in doc["modes"]:
-        for r in m["repetitions"]:
-            if r.get("error"):
-                out.append(f"{m['label']}: {r['error']}")
-            out += [f"{m['label']}: {i['name']}" for i in r["checks"]["items"] if not i["ok"]]
-    return out
 
 
 # --------------------------------------------------------------------------

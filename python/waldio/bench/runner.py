@@ -935,12 +935,7 @@ class Bench:
                         os.close(f)
                     b = pc()
                     append(b - a)
-                    sp = span.get(phase)
-                    if sp is None:
-                        span[phase] = [a, b, 1]
-                    else:
-                        sp[1] = b
-                        sp[2] += 1
+                    _extend_span(span, phase, a, b)
                     if think and k != last:
                         time.sleep(think)
 
