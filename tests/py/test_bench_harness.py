@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 import pytest
 
