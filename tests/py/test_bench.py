@@ -36,6 +36,7 @@ from waldio import cli  # noqa: E402
 from waldio import drivers  # noqa: E402
 from waldio import fs as fsimage  # noqa: E402
 from waldio import params  # noqa: E402
+from waldio.bench import iostat  # noqa: E402
 from waldio.bench import report as R  # noqa: E402
 
 BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
@@ -630,3 +631,39 @@ def test_speedtest1_runs_stock_and_waldio_with_identical_hashes(
     assert firsts == ["wal-full", "waldio-full", "waldio-full", "wal-full"]
     status, out2, _ = run_cli(["report", out_json, "--plain"], capsys)
     assert status == 0 and "speedtest1 --size 1 --journal wal, synchronous OFF" in out2
+
+
+def _cached(path: str) -> bool:
+    """Whether the first 4 KiB of path are in the page cache (a read that may not wait)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.preadv(fd, [bytearray(4096)], 0, os.RWF_NOWAIT) == 4096
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.skipif(not os.access(iostat.DROP_CACHES, os.W_OK),
+                    reason="needs root: /proc/sys/vm/drop_caches is not writable")
+def test_drop_caches_empties_the_page_cache_before_timing(
+        rundir: str, capsys: pytest.CaptureFixture[str]) -> None:
+    path = os.path.join(rundir, "probe")
+    Path(path).write_bytes(os.urandom(4096))
+    os.sync()
+    Path(path).read_bytes()
+    assert _cached(path)
+    iostat.settle(rundir, drop_caches=False)
+    assert _cached(path)                            # a sync alone keeps clean pages
+    iostat.settle(rundir, drop_caches=True)
+    assert not _cached(path)
+    argv = ["bench", "--dir", rundir, "--plain", "--preset", "mobibench", "--modes",
+            "wal-normal,waldio-normal", "--drop-caches", "--json",
+            os.path.join(rundir, "d.json")] + TINY
+    status, out, err = run_cli(argv, capsys)
+    assert status == 0, out + err
+    assert "page cache is then dropped (--drop-caches)" in out
+    doc = json.loads(Path(rundir, "d.json").read_text())
+    assert doc["params"]["bench"]["drop_caches"] is True
+    assert "then dropped" in doc["params"]["bench"]["before_each_repetition"]
+    assert failures(doc) == []

@@ -255,11 +255,13 @@ def test_mobibench_recipe_commands_and_output() -> None:
                           "journal_mode": "wal", "synchronous": "2"}
     with pytest.raises(M.MobibenchError):
         M.parse_output("sqlite3_open error")
-    cmd = C.waldio_command("mobibench", 500, "truncate", "full", "/d", "exec", "o.json")
+    cmd = C.waldio_command("mobibench", 500, "truncate", "full", "/d", "exec", "o.json", False)
     assert cmd[1:] == ["-m", "waldio", "bench", "--sqlite", "system", "--preset", "mobibench",
                        "--transactions", "500", "--modes", "truncate-full", "--statements",
                        "exec", "--dir", "/d", "--repetitions", "1", "--warmup", "0",
                        "--no-calibration", "--quiet", "--plain", "--json", "o.json"]
+    assert C.waldio_command("mobibench", 500, "wal", "normal", "/d", "exec", "o.json",
+                            True)[-3:] == ["--drop-caches", "--json", "o.json"]
     assert M.VERSIONS == {"1ad7644": "mobibench-2015", "f56ea5e": "mobibench"}
 
 

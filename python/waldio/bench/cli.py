@@ -128,6 +128,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                     help="each thread has its own database, as Mobibench -t does")
     g.add_argument("--think-ms", type=float_at_least_zero, metavar="MS",
                    help="sleep between transactions (inside the wall time, outside latencies)")
+    g.add_argument("--drop-caches", action="store_true", default=None,
+                   help="before every timed region, after os.sync(), drop the page cache "
+                        "(echo 3 > /proc/sys/vm/drop_caches), as Mobibench does; needs root")
     g.add_argument("--reader-scans", type=int_at_least(0), metavar="N",
                    help="after the timed region, while the writer's connections stay open, "
                         "another process opens the database in the same mode and scans every "
@@ -299,7 +302,8 @@ def run_bench(args: argparse.Namespace) -> int:
                 out.line(target.note)
                 out.line("before every repetition: os.sync() and an fsync of the directory, "
                          "so earlier runs' dirty data is not written inside this one; the page "
-                         "cache is not dropped")
+                         "cache is " + ("then dropped (--drop-caches)" if settings.drop_caches
+                                        else "not dropped"))
                 out.line("")
             with R.progress_reporter(err, enabled=not args.quiet,
                                      total=rounds * len(modes)) as progress:

@@ -9,7 +9,9 @@ repetition, every cell once, the two tools' order alternating (so neither
 always runs first).  Targets: a directory of the root file system, and a
 fresh loop-mounted journaled ext4 (:func:`waldio.bench.open_target`) that
 stays mounted for the whole comparison.  Before every run: the run directory
-emptied and ``os.sync()``.
+emptied and ``os.sync()``.  Mobibench drops the page cache before timing
+(``echo 3 > /proc/sys/vm/drop_caches``, where it may); waldio bench then does
+too (``--drop-caches``).
 
 Printed: one row per cell with each tool's median transactions/s (min-max)
 over the repetitions, the median of the per-repetition ratios
@@ -30,19 +32,27 @@ import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import mobibench as M
+from .iostat import DROP_CACHES
 from .stats import summarize
 
 TARGETS = ("root", "loop")
 DEFAULT_ROOT_DIR = "/var/tmp"
 
 
+def can_drop_caches() -> bool:
+    """Whether Mobibench's ``echo 3 > /proc/sys/vm/drop_caches`` works here (root)."""
+    return os.access(DROP_CACHES, os.W_OK)
+
+
 def waldio_command(preset: str, transactions: int, journal: str, sync: str, directory: str,
-                   statements: str, json_path: str) -> List[str]:
-    """The waldio bench run matching one Mobibench run (one measured repetition)."""
+                   statements: str, json_path: str, drop_caches: bool) -> List[str]:
+    """The waldio bench run matching one Mobibench run (one measured repetition); it
+    drops the page cache before timing where Mobibench can."""
     return [sys.executable, "-m", "waldio", "bench", "--sqlite", "system", "--preset", preset,
             "--transactions", str(transactions), "--modes", f"{journal}-{sync}",
             "--statements", statements, "--dir", directory, "--repetitions", "1",
-            "--warmup", "0", "--no-calibration", "--quiet", "--plain", "--json", json_path]
+            "--warmup", "0", "--no-calibration", "--quiet", "--plain"] \
+        + (["--drop-caches"] if drop_caches else []) + ["--json", json_path]
 
 
 def _fresh(directory: str) -> None:
@@ -111,7 +121,8 @@ class Comparison:
                 mdir, wdir = dirs[t]
                 jpath = os.path.join(work, "waldio.json")
                 mcmd = M.command(self.builds[v].binary, mdir, n, j, s)
-                wcmd = waldio_command(M.VERSIONS[v], n, j, s, wdir, self.a.statements, jpath)
+                wcmd = waldio_command(M.VERSIONS[v], n, j, s, wdir, self.a.statements, jpath,
+                                      can_drop_caches())
                 first_m = (rep + i) % 2 == 0
                 out: Dict[str, Any] = {"repetition": rep, "mobibench_first": first_m}
                 for tool in (("m", "w") if first_m else ("w", "m")):
@@ -247,7 +258,8 @@ def dry_run(args: argparse.Namespace) -> int:
         print("  " + " ".join(M.command(f"mobibench-{v}", f"{d}/mobibench", args.transactions,
                                         j, s)))
         print("  " + " ".join(waldio_command(M.VERSIONS[v], args.transactions, j, s,
-                                             f"{d}/waldio", args.statements, "out.json")))
+                                             f"{d}/waldio", args.statements, "out.json",
+                                             can_drop_caches())))
     return 0
 
 

@@ -122,6 +122,25 @@ class Snapshot:
         self.proc = read_proc_io()
 
 
+DROP_CACHES = "/proc/sys/vm/drop_caches"
+
+
+def drop_page_cache() -> None:
+    """``echo 3 > /proc/sys/vm/drop_caches``, as Mobibench does before timing: clean
+    page-cache pages, dentries and inodes are dropped (dirty ones stay)."""
+    with open(DROP_CACHES, "w") as f:
+        f.write("3\n")
+
+
+def settle(path: str, drop_caches: bool) -> None:
+    """Before a timed region: earlier writes on the disk, the directory synced, and
+    with ``drop_caches`` the page cache dropped."""
+    os.sync()
+    sync_dir(path)
+    if drop_caches:
+        drop_page_cache()
+
+
 def sync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:

@@ -112,7 +112,8 @@ SETTING_ARGS = ("phases", "mix", "transactions", "ops_per_txn", "record_size", "
                  "shared_db", "think_ms", "regime", "timed", "checkpoint_mode", "repetitions",
                  "warmup", "page_size", "cache_size", "mmap_size", "locking_mode",
                  "wal_autocheckpoint", "journal_size_limit", "stock_reserve", "flush_ms",
-                 "prealloc", "group_ms", "group_bytes", "max_latency_samples", "reader_scans")
+                 "prealloc", "group_ms", "group_bytes", "max_latency_samples", "reader_scans",
+                 "drop_caches")
 
 
 def settings_from_args(args: argparse.Namespace) -> B.Settings:

@@ -29,7 +29,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from waldio import params as _params
 
 from . import lsmvbt
-from .iostat import Device, Snapshot, device_delta, devices_for, proc_delta, sync_dir
+from .iostat import (DROP_CACHES, Device, Snapshot, device_delta, devices_for, proc_delta,
+                     settle, sync_dir)
 from .modes import RAW_APPEND_BYTES, RAW_BLOCK, ModeSpec
 from .calibrate import calibrate
 from .native import LOOPS, STATEMENT_STYLES, CompiledPlan, Prepared, Result, TxnLoop
@@ -215,6 +216,9 @@ class Bench:
         started, t_start = timestamp(), time.perf_counter()
         self.root = target.path
         self.devices = devices_for(self.root)
+        if s.drop_caches and not os.access(DROP_CACHES, os.W_OK):
+            raise BenchError(f"--drop-caches: {DROP_CACHES} is not writable here (it needs "
+                             "root and a writable /proc/sys)")
         for spec in self.modes:
             if spec.sqlite:
                 self.env.ensure(spec.sqlite)
@@ -336,7 +340,9 @@ class Bench:
                                "sqlite3_exec() (parsed every time, as Mobibench does)"),
             "calibration": self.calibration}
         d["before_each_repetition"] = ("fresh files copied from a template; os.sync() and fsync "
-                                       "of the directory; page cache not dropped")
+                                       "of the directory; page cache "
+                                       + ("then dropped (echo 3 > /proc/sys/vm/drop_caches)"
+                                          if s.drop_caches else "not dropped"))
         d["io_windows"] = {"timed": "counters just before and just after the timed region",
                            "total": "just before the timed region to after the untimed close "
                                     "and a final os.sync()"}
@@ -474,8 +480,7 @@ class Bench:
                 self._native_prepare(build, conns, prepared)
             log_before = [_file_size(p + "-wal") for p in dbs]
             tc_before = [self._total_changes(c) for c in conns] if conns[0] is not None else None
-            os.sync()
-            sync_dir(d)
+            settle(d, s.drop_caches)
             snap0 = Snapshot(self.devices)
 
             # ------------------------------------------------ timed region
@@ -902,8 +907,7 @@ class Bench:
         try:
             if not per_txn_open and not timed_open:
                 fds = [os.open(p, flags) for p in paths]
-            os.sync()
-            sync_dir(d)
+            settle(d, self.s.drop_caches)
             snap0 = Snapshot(self.devices)
             lat: List[List[int]] = [[] for _ in range(T)]
             spans: List[Dict[int, List[int]]] = [dict() for _ in range(T)]

@@ -108,6 +108,7 @@ class Settings:
     max_latency_samples: int = 100_000
     busy_timeout_ms: int = 10_000
     reader_scans: int = 0               # after the timed region: scans by another process
+    drop_caches: bool = False           # echo 3 > /proc/sys/vm/drop_caches before timing
     notes: List[str] = field(default_factory=list)
 
     def table_names(self) -> List[str]:
