@@ -306,6 +306,15 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       }
       break;
     case SQLITE_FCNTL_COMMIT_PHASETWO:
+      /* Before COMMIT returns. persistent and ns promise a commit survives
+      ** an OS crash without SQLite's sync: frames the commit wrote through
+      ** the page cache are synced by waldio_wal_barrier, which xShmBarrier
+      ** runs, except with a heap-memory wal-index (locking_mode=EXCLUSIVE):
+      ** then here. */
+      if( p->pWal && p->pWal->needsSync && !log_inherited(p->pWal->pLog) ){
+        int rc = waldio_wal_barrier(p->pWal);
+        if( rc ) return rc;
+      }
       /* After SQLite released the WAL write lock: a durable group commit
       ** waits here for the group write carrying it (log_group.h). */
       if( p->pWal && p->pWal->commitSeq && !log_inherited(p->pWal->pLog) ){

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict
 
+import pytest
+
 import workloads as wl
 
 
@@ -98,6 +100,34 @@ def test_large_transaction_appends_without_zero_fill(sqlite: Any, dbdir: Path) -
     conn.close()
     conn = sqlite.waldio(dbdir / "big.db")
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 3000
+    conn.close()
+
+
+@pytest.mark.parametrize("mode", ["persistent", "ns"])
+def test_spilled_commit_is_synced_without_a_shared_wal_index(sqlite: Any, dbdir: Path,
+                                                             mode: str) -> None:
+    """persistent and ns promise that a NORMAL commit survives an OS crash when it
+    returns. A transaction that spilled wrote its frames through the page cache; they
+    are synced before COMMIT returns, also in locking_mode=EXCLUSIVE, where the
+    wal-index is heap memory and SQLite never calls xShmBarrier."""
+    path = dbdir / f"x-{mode}.db"
+    conn = sqlite.waldio(path, sync=mode, flush_ms=60000)     # no timer flush
+    conn.execute("PRAGMA locking_mode=EXCLUSIVE")             # before WAL: heap memory
+    wl.setup(conn, sync="NORMAL")
+    conn.execute("PRAGMA cache_size=-256")                     # force spills
+    conn.execute("PRAGMA waldio_stats=reset")
+    conn.execute("BEGIN")
+    for i in range(2000):
+        conn.execute("INSERT INTO t(k, v) VALUES(?, randomblob(1000))", (i,))
+    conn.execute("COMMIT")
+    st = stats(conn)
+    assert st["buffered_writes"] > 0, st                      # it did spill
+    assert st["flushes"] >= 1 and st["timer_flushes"] == 0, st
+    st0 = st
+    wl.inserts(conn, 8, n=5)                                   # small commits stay cheap
+    st = stats(conn)
+    assert st["flushes"] == st0["flushes"], st
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 2005
     conn.close()
 
 

@@ -46,10 +46,14 @@ conversion of a standard WAL must recover exactly what stock SQLite does)
 and must pass PRAGMA integrity_check, equal the database after exactly the
 first k acknowledged transactions (no holes), and k must cover what the
 mode's contract makes durable at that crash point:
-  wal-full, waldio-full, waldio-persistent: every acknowledged transaction
+  wal-full, waldio-full, waldio-persistent, waldio-persistent-normal,
+  waldio-persistent-exclusive: every acknowledged transaction
   wal-normal: kill: all; os/power: all acknowledged before the last WAL sync
   waldio-normal: kill: all; os/power: all acknowledged before the last flush
-  waldio-ns: kill/os: all; power: all acknowledged before the last flush
+  waldio-ns, waldio-ns-exclusive: kill/os: all; power: all acknowledged
+    before the last flush
+  (*-normal: synchronous=NORMAL; *-exclusive: also locking_mode=EXCLUSIVE, a
+  heap-memory wal-index; the mixed and bank workloads only, without readers)
   waldio-group-durable: every acknowledged transaction
   waldio-group-async: every transaction whose commit frame had reached the
     log (kill, os) or durable media (power) at the crash; commits return

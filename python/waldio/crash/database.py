@@ -53,9 +53,11 @@ def open_db(mode: Mode, path: Path, *, vfs: Optional[str] = None) -> Any:
 
 
 def configure(conn: Any, mode: Mode) -> None:
+    if mode.exclusive:
+        conn.execute("PRAGMA locking_mode=EXCLUSIVE").fetchall()
     conn.execute("PRAGMA journal_mode=%s" % mode.journal).fetchall()
     conn.execute("PRAGMA synchronous=%s" % mode.synchronous)
-    conn.execute("PRAGMA wal_autocheckpoint=32")
+    conn.execute("PRAGMA wal_autocheckpoint=%d" % mode.autocheckpoint)
 
 
 def create_stock_base(path: Path) -> None:
@@ -198,6 +200,8 @@ class Runner:
                     self.on_ack(step.n)
             elif self.mode.journal != "WAL" and step.kind != "reopen":
                 continue          # readers would block a rollback-journal writer
+            elif self.mode.exclusive and step.kind.startswith("reader"):
+                continue          # a second connection cannot read
             elif step.kind == "checkpoint":
                 # Never wait for a reader (RESTART and TRUNCATE would).
                 self.conn.setbusytimeout(0)

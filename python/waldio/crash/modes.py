@@ -11,7 +11,7 @@ for (``lsmvbt-normal``: a process kill only, lsmvbt/DESIGN.md §5.5).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Tuple
 
 
@@ -48,6 +48,14 @@ class Mode:
     # not an LS-MVBT mode).
     lsmvbt: Tuple[str, ...] = ()
     models: Tuple[str, ...] = ("kill", "os", "power")
+    # PRAGMA locking_mode=EXCLUSIVE before WAL mode is entered: the wal-index
+    # is heap memory and SQLite never calls xShmBarrier. One connection only:
+    # the workload's readers are skipped, no multi-process workload runs.
+    exclusive: bool = False
+    # PRAGMA wal_autocheckpoint. A small one checkpoints often (a checkpoint
+    # syncs the log); the synchronous=NORMAL promise modes use a large one, so
+    # the sync that COMMIT itself owes is not hidden behind a checkpoint's.
+    autocheckpoint: int = 32
 
     def uri_options(self) -> Dict[str, str]:
         return dict(self.uri)
@@ -72,6 +80,19 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
     Mode("waldio-ns", True, "NORMAL",
          uri=(("prealloc", LOG_PREALLOC), ("flush_ms", "10"), ("sync", "ns")),
          power_contract="flush"),
+    # persistent and ns promise an OS crash loses no commit without a sync
+    # from SQLite (synchronous=NORMAL): frames a commit wrote through the page
+    # cache (a spilled transaction) are synced before COMMIT returns, also
+    # where SQLite calls no xShmBarrier (locking_mode=EXCLUSIVE).
+    Mode("waldio-persistent-normal", True, "NORMAL",
+         uri=(("prealloc", LOG_PREALLOC), ("flush_ms", "10"), ("sync", "persistent")),
+         autocheckpoint=1000),
+    Mode("waldio-persistent-exclusive", True, "NORMAL",
+         uri=(("prealloc", LOG_PREALLOC), ("flush_ms", "10"), ("sync", "persistent")),
+         exclusive=True, autocheckpoint=1000),
+    Mode("waldio-ns-exclusive", True, "NORMAL",
+         uri=(("prealloc", LOG_PREALLOC), ("flush_ms", "10"), ("sync", "ns")),
+         power_contract="flush", exclusive=True, autocheckpoint=1000),
     Mode("waldio-group-durable", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "durable"))),
     Mode("waldio-from-stock", True, "FULL", uri=(("prealloc", LOG_PREALLOC),), from_stock=True),
@@ -131,8 +152,7 @@ def get_mode(name: str) -> Mode:
     if not m.waldio or layout not in LAYOUTS:
         raise KeyError("mode %r: a layout (%s) applies to waldio modes only"
                        % (name, ", ".join(LAYOUTS)))
-    return Mode(name, m.waldio, m.synchronous, m.journal, m.uri + (("layout", layout),),
-                m.os_contract, m.power_contract, m.kill_contract, m.testonly, m.from_stock)
+    return replace(m, name=name, uri=m.uri + (("layout", layout),))
 
 
 # Stock-mode states are also opened through waldio, which must convert the
@@ -160,8 +180,8 @@ def mode_runs_workload(mode: str, workload: str) -> bool:
     """Whether `waldio crash` runs this mode (a name from MODES, maybe with a
     +layout) with this workload.  LS-MVBT modes run the single-connection
     workloads (one handle per file: a second connection or process gets
-    SQLITE_BUSY)."""
+    SQLITE_BUSY), and so do the locking_mode=EXCLUSIVE modes."""
     base = mode.partition("+")[0]
-    if base in MODES and MODES[base].lsmvbt:
+    if base in MODES and (MODES[base].lsmvbt or MODES[base].exclusive):
         return workload in ("mixed", "bank")
     return base not in _MULTI_EXCLUDED.get(workload, ())
