@@ -669,7 +669,11 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher)
     return poisoned_error(pLog);
   }
   target = pLog->writeSeq;
-  if( nothing_to_flush(pLog, shm0) ){
+  /* The flusher owes a flush only to commits written since the last one
+  ** (armedSeq): a checkpoint's sync may have covered them, and what came
+  ** after (the next transaction's spills) would be written back early, and
+  ** again when SQLite overwrites it. */
+  if( fromFlusher ? pLog->flushedSeq>=pLog->armedSeq : nothing_to_flush(pLog, shm0) ){
     if( !fromFlusher ) pLog->stats.flushes_skipped++;
     pthread_mutex_unlock(&pLog->mutex);
     return SQLITE_OK;

@@ -64,6 +64,32 @@ def test_normal_commits_go_through_the_page_cache_and_are_flushed(sqlite: Any,
     conn.close()
 
 
+def test_flusher_flushes_only_what_commits_owe(sqlite: Any, dbdir: Path) -> None:
+    """A checkpoint syncs the log, so the commit before it owes the flusher
+    nothing: a transaction still open when the deadline passes must not have its
+    spilled frames written back early (SQLite may overwrite them, and stock
+    SQLite writes them once). Its own commit is flushed within flush_ms."""
+    conn = fresh(sqlite, dbdir / "owed.db", "NORMAL", flush_ms=20)
+    wl.inserts(conn, 9, n=1)                            # arms the flusher
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)")      # and syncs the log
+    conn.execute("PRAGMA cache_size=-256")              # force spills
+    conn.execute("BEGIN")
+    for i in range(1500):
+        conn.execute("INSERT INTO t(k, v) VALUES(?, randomblob(1000))", (1000 + i,))
+    spilled = stats(conn)
+    assert spilled["buffered_writes"] > 1, spilled
+    time.sleep(0.2)                                     # ten deadlines
+    st = stats(conn)
+    assert st["timer_flushes"] == 0, st
+    conn.execute("COMMIT")
+    deadline = time.monotonic() + 10
+    while stats(conn)["timer_flushes"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert stats(conn)["timer_flushes"] == 1
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 1501
+    conn.close()
+
+
 def test_ns_keeps_direct_normal_commits(sqlite: Any, dbdir: Path) -> None:
     conn = fresh(sqlite, dbdir / "ns.db", "NORMAL", sync="ns")
     assert conn.execute("PRAGMA waldio_sync")[0][0] == "ns"
