@@ -5,6 +5,7 @@ Behaviour only, never timing thresholds: the machine is shared and noisy.
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -313,6 +314,30 @@ def test_mobibench_builds_against_the_system_sqlite(version: str, tmp_path: Any)
     ldd = subprocess.run(["ldd", b.binary], capture_output=True, text=True).stdout
     assert "libsqlite3" in ldd
     assert sys.platform.startswith("linux")
+
+
+def test_compare_self_check_runs_mobibench_against_itself(tmp_path: Any,
+                                                          capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:
+    """--self-check (A/A): both sides of every cell are Mobibench runs, so the ratios
+    measure the machine's noise, not a difference between tools."""
+    src = _mobibench_source()
+    if shutil.which("gcc") is None:
+        pytest.skip("no gcc")
+    out_json = tmp_path / "aa.json"
+    assert C.main(["--self-check", "--mobibench-source", src, "--targets", "root",
+                   "--root-dir", str(tmp_path), "--versions", "1ad7644", "--journal-modes",
+                   "wal", "--sync", "off", "--transactions", "20", "--repetitions", "2",
+                   "--json", str(out_json)]) == 0
+    assert "Mobibench again tx/s" in capsys.readouterr().out
+    doc = json.loads(out_json.read_text())
+    assert doc["self_check"] is True and len(doc["rows"]) == 1
+    runs = doc["runs"][0]["runs"]
+    assert len(runs) == 2
+    for r in runs:
+        assert r["waldio"]["echoed"]["journal_mode"] == "wal"       # Mobibench's own output
+        assert r["waldio_command"][0].endswith("mobibench-1ad7644")
+        assert r["ratio"] == r["waldio"]["tps"] / r["mobibench"]["tps"] > 0
 
 
 # --------------------------------------------------------------------------

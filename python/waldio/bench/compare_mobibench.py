@@ -128,11 +128,15 @@ class Comparison:
                 for tool in (("m", "w") if first_m else ("w", "m")):
                     if tool == "m":
                         out["mobibench"] = run_mobibench(mcmd, mdir)
+                    elif self.a.self_check:
+                        out["waldio"] = run_mobibench(M.command(self.builds[v].binary, wdir,
+                                                                n, j, s), wdir)
                     else:
                         out["waldio"] = run_waldio(wcmd, wdir, jpath)
                 out["ratio"] = out["waldio"]["tps"] / out["mobibench"]["tps"]
                 out["mobibench_command"] = mcmd
-                out["waldio_command"] = wcmd
+                out["waldio_command"] = M.command(self.builds[v].binary, wdir, n, j, s) \
+                    if self.a.self_check else wcmd
                 self.runs[cell].append(out)
                 step += 1
                 log(f"[{step}/{total}] {t} {v} {j}-{s}: mobibench {out['mobibench']['tps']:,.0f}"
@@ -152,7 +156,8 @@ class Comparison:
                         "waldio_tps": summarize([r["waldio"]["tps"] for r in runs]),
                         "ratio": summarize([r["ratio"] for r in runs]),
                         "mobibench_command": " ".join(runs[0]["mobibench_command"]),
-                        "waldio_command": " ".join(runs[0]["waldio_command"][1:-2])})
+                        "waldio_command": " ".join(runs[0]["waldio_command"] if self.a.self_check
+                                                   else runs[0]["waldio_command"][1:-2])})
         return out
 
 
@@ -162,9 +167,12 @@ def _cell(sm: Optional[Dict[str, Any]]) -> str:
     return f"{sm['median']:,.0f} ({sm['min']:,.0f}-{sm['max']:,.0f})"
 
 
-def print_table(rows: Sequence[Dict[str, Any]], stream: Any = sys.stdout) -> None:
-    cols = ["target", "version", "mode", "Mobibench tx/s", "waldio bench tx/s",
-            "waldio/Mobibench"]
+def print_table(rows: Sequence[Dict[str, Any]], stream: Any = None,
+                self_check: bool = False) -> None:
+    stream = stream or sys.stdout
+    other = "Mobibench again" if self_check else "waldio bench"
+    cols = ["target", "version", "mode", "Mobibench tx/s", f"{other} tx/s",
+            f"{other.split()[0]}/Mobibench"]
     body = [[r["target"], r["version"], r["mode"], _cell(r["mobibench_tps"]),
              _cell(r["waldio_tps"]),
              f"{r['ratio']['median']:.3f} ({r['ratio']['min']:.3f}-{r['ratio']['max']:.3f})"]
@@ -229,6 +237,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--statements", choices=("exec", "prepared"), default="exec",
                    help="waldio bench --statements (default exec: SQL text parsed per "
                         "transaction, as Mobibench does)")
+    p.add_argument("--self-check", action="store_true",
+                   help="run Mobibench against itself (A/A) in place of waldio bench: the "
+                        "spread of those ratios is how finely this machine can resolve "
+                        "the side by side")
     p.add_argument("--json", metavar="FILE", help="write every run and the summary")
     p.add_argument("--dry-run", action="store_true",
                    help="print the build recipe and the commands of every cell, run nothing")
@@ -294,11 +306,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         finally:
             shutil.rmtree(root, ignore_errors=True)
         rows = cmp_.rows()
-        print_table(rows)
+        print_table(rows, self_check=args.self_check)
         doc = {"kind": "mobibench-comparison", "started_utc": started,
                "load_before": load_before, "load_after": _load(),
                "transactions": args.transactions, "repetitions": args.repetitions,
-               "statements": args.statements,
+               "statements": args.statements, "self_check": args.self_check,
                "environment": _environment(cmp_.builds, targets), "rows": rows,
                "runs": [{"cell": list(c), "runs": r} for c, r in cmp_.runs.items()]}
         print(f"load average before {load_before}, after {doc['load_after']}; SQLite "
