@@ -2,9 +2,13 @@
 ** log_flusher.c — the log's background thread (see log_flusher.h).
 **
 ** Two deadlines: the normal-mode flush deadline, set by the first write
-** after the last flush and not pushed back by later writes (so the bound
-** holds under a steady stream of commits: at most one flush per flush_ms),
-** and the group buffer's (log_group.c), which it only reads.
+** under a flush bound (LOG_ARM: a NORMAL or ns commit) after the last flush
+** and not pushed back by later writes (so the bound holds under a steady
+** stream of commits: at most one flush per flush_ms), and the group
+** buffer's (log_group.c), which it only reads. At the deadline it flushes
+** only if such a write is still unflushed (armedSeq > flushedSeq): another
+** sync (a checkpoint's, SQLite's) may have covered it, and a flush then
+** would only write back the next transaction's spilled frames early.
 */
 #include "log_flusher.h"
 #include "log_group.h"

@@ -149,7 +149,8 @@ struct waldio_log {
   u8 aRaSnap[12];          /* snapshot (mxFrame, salts) it was made in */
   u32 raMisses;            /* device reads since */
   u64 armedSeq;            /* writeSeq of the last write under a flush bound
-                           ** (LOG_ARM): a close or exit flushes up to it */
+                           ** (LOG_ARM): the flusher, a close or an exit
+                           ** flushes up to it */
   int poisoned;            /* L4 */
   waldio_stats stats;
   log_flusher *pFlusher;
