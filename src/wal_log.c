@@ -289,6 +289,8 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
     return SQLITE_OK;
   }
   pLog->stats.cache_misses++;
+  pLog->stats.disk_reads++;
+  pLog->stats.bytes_read += (u64)(hi - lo);
   pthread_mutex_unlock(&pLog->mutex);
   n = wf_frame_runs(&g, lo, hi, aRun);
   for(i=0; i<n && rc==SQLITE_OK && !*pShort; i++){
@@ -303,10 +305,6 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
     rc = dio_read(&pLog->file, dst, aRun[i].n, off, &got);
     if( rc==SQLITE_OK && got<aRun[i].n ) *pShort = 1;
   }
-  pthread_mutex_lock(&pLog->mutex);
-  pLog->stats.disk_reads++;
-  pLog->stats.bytes_read += (u64)(hi - lo);
-  pthread_mutex_unlock(&pLog->mutex);
   return rc;
 }
 
