@@ -195,15 +195,15 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
-/* The end of the snapshot's frames in the file: after mxFrame (bytes 16-19
-** of SQLite's WalIndexHdr, native order), or the file's extent without a
-** wal-index. Mutex held. */
+/* mxFrame: bytes 16-19 of SQLite's WalIndexHdr, native order. */
 static u32 mxFrame_of(const volatile void *shm0){
   u32 mx;
   memcpy(&mx, (const u8*)shm0 + 16, 4);
   return mx;
 }
 
+/* The end of the snapshot's frames in the file: after mxFrame, or the
+** file's extent without a wal-index. Mutex held. */
 static i64 snapshot_end(const waldio_log *pLog, const volatile void *shm0,
                         const wal_geometry *g){
   if( !shm0 ) return pLog->physSize;
@@ -313,10 +313,9 @@ int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
 /* Where a log of `size` bytes grows to, to hold [0, end): by a runway for
 ** the direct commits to come that doubles at each growth, from 256 KiB up
 ** to the configured preallocation, in multiples of 256 KiB (or of the
-** preallocation, if smaller). It does not
-** double with the file: a log that a large transaction extended through
-** the page cache gets the same runway as one that only direct commits
-** grew. growMutex held. */
+** preallocation, if smaller). It does not double with the file: a log that
+** a large transaction extended through the page cache gets the same runway
+** as one that only direct commits grew. growMutex held. */
 static i64 grow_target(waldio_log *pLog, i64 size, i64 end){
   i64 runway = pLog->runway ? pLog->runway*2 : GROW_MIN, unit;
   if( runway>pLog->preallocInitial ) runway = pLog->preallocInitial;

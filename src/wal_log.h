@@ -197,8 +197,8 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr);
 /* Read logical bytes [lo,hi) of frame (0 <= lo < hi <= page+24) into out:
 ** from the group buffer or the cache of directly written slots (L3), else
 ** through the page cache. pView (may be NULL): the caller's wal-index
-** regions, which tell a read-ahead which frames to ask for. scratch: one slot of memory. *pShort is set if
-** the file ended first. */
+** regions, which tell a read-ahead which frames to ask for. scratch: one
+** slot of memory. *pShort is set if the file ended first. */
 int log_read_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
                    const volatile void *shm0, const wal_index_view *pView,
                    u8 *scratch, u8 *out, int *pShort);
