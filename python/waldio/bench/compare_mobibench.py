@@ -121,22 +121,21 @@ class Comparison:
                 mdir, wdir = dirs[t]
                 jpath = os.path.join(work, "waldio.json")
                 mcmd = M.command(self.builds[v].binary, mdir, n, j, s)
-                wcmd = waldio_command(M.VERSIONS[v], n, j, s, wdir, self.a.statements, jpath,
-                                      can_drop_caches())
+                wcmd = M.command(self.builds[v].binary, wdir, n, j, s) if self.a.self_check \
+                    else waldio_command(M.VERSIONS[v], n, j, s, wdir, self.a.statements, jpath,
+                                        can_drop_caches())
                 first_m = (rep + i) % 2 == 0
                 out: Dict[str, Any] = {"repetition": rep, "mobibench_first": first_m}
                 for tool in (("m", "w") if first_m else ("w", "m")):
                     if tool == "m":
                         out["mobibench"] = run_mobibench(mcmd, mdir)
                     elif self.a.self_check:
-                        out["waldio"] = run_mobibench(M.command(self.builds[v].binary, wdir,
-                                                                n, j, s), wdir)
+                        out["waldio"] = run_mobibench(wcmd, wdir)
                     else:
                         out["waldio"] = run_waldio(wcmd, wdir, jpath)
                 out["ratio"] = out["waldio"]["tps"] / out["mobibench"]["tps"]
                 out["mobibench_command"] = mcmd
-                out["waldio_command"] = M.command(self.builds[v].binary, wdir, n, j, s) \
-                    if self.a.self_check else wcmd
+                out["waldio_command"] = wcmd
                 self.runs[cell].append(out)
                 step += 1
                 log(f"[{step}/{total}] {t} {v} {j}-{s}: mobibench {out['mobibench']['tps']:,.0f}"
