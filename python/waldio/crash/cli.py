@@ -7,6 +7,7 @@
     waldio crash --mode all --states 10000 --kills 200 --corruptions 300 \\
                  --faults 20 --fuzz-seconds 300 --json results/crash.json
     waldio crash --replay 'waldio-full/mixed/seed=1/txns=300/power:1234:drop:3'
+    waldio crash --real --states 10000 --json real.json      crash states from the real kernel
 
 docs/crash.md explains the model (page cache + volatile device write cache,
 flush and FUA barriers), the crash states, the oracle and the contracts.
@@ -87,6 +88,20 @@ group durable also fork, leaving group mode while a child lives).
 Failures print a reproducer id; --replay ID rebuilds exactly that state from
 the saved recording and re-checks it, with a row diff (a multi-process
 workload recorded again takes another interleaving: keep the recording).
+
+--real: crash states from the real kernel instead of the model. Each run of
+the table (real/plan.py; --mode and --workload select rows) records the
+workload on ext4, mounted on a loop device over the image file of a FUSE
+block recorder (build/crash/block_recorder) that logs every write and flush
+reaching the image, with the acknowledgements marked in the same log. States:
+every flush point, then random cuts with an in-order prefix, a random subset
+or a torn last write (512-byte sectors) of the writes since the last flush.
+Each is mounted (the kernel replays the journal), checked with e2fsck -fn,
+and its database checked by the same oracle; each is also compared with the
+model's states at the same moment (--no-model-check to skip). Controls
+(wal-normal, wal-off) must lose acknowledged commits in some states. Needs
+root, /dev/fuse and loop devices. --states is per run; failures are kept in
+OUT/failures/ (image, acked list, replay command).
 """
 
 
@@ -103,9 +118,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--layout", choices=crash.LAYOUTS,
                    help="run the waldio modes with this log layout (mode names get "
                         "+LAYOUT, e.g. waldio-full+pad4k); stock modes are skipped")
-    p.add_argument("--workload", default=",".join(DEFAULT_WORKLOADS),
-                   help="workloads, comma-separated: %s, or all (default %s)"
-                        % (", ".join(crash.WORKLOADS), ",".join(DEFAULT_WORKLOADS)))
+    p.add_argument("--workload", default=None,
+                   help="workloads, comma-separated: %s, or all (default %s; with --real: "
+                        "the table's)" % (", ".join(crash.WORKLOADS), ",".join(DEFAULT_WORKLOADS)))
     p.add_argument("--states", type=int, default=1000,
                    help="crash states to check per mode (default 1000)")
     p.add_argument("--seed", type=int, default=1, help="campaign seed (default 1)")
@@ -133,6 +148,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--keep", type=Path, default=None,
                    help="with --replay: leave the state's files in this directory")
     p.add_argument("--quiet", action="store_true", help="only the final table")
+    r = p.add_argument_group("real kernel (--real)")
+    r.add_argument("--real", action="store_true",
+                   help="crash states from the real kernel: ext4 on a loop device over the "
+                        "FUSE block recorder (root, /dev/fuse, loop devices)")
+    r.add_argument("--no-model-check", action="store_true",
+                   help="with --real: do not compare the states with the model's")
+    r.add_argument("--loop-direct-io", action="store_true",
+                   help="with --real: attach the loop device with --direct-io=on")
     p.set_defaults(func=main)
 
 
@@ -147,6 +170,9 @@ def _log(quiet: bool):
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.real:
+        from .real.cli import main as real_main
+        return real_main(args)
     if args.replay:
         ok, text = crash.replay(args.replay, out_root=args.out, keep=args.keep)
         print(text)
@@ -169,7 +195,8 @@ def main(args: argparse.Namespace) -> int:
     if any(m not in crash.MODELS for m in models):
         print("waldio crash: models are kill, os, power", file=sys.stderr)
         return 2
-    workloads = [w.strip() for w in args.workload.split(",") if w.strip()]
+    workloads = [w.strip() for w in (args.workload or ",".join(DEFAULT_WORKLOADS)).split(",")
+                 if w.strip()]
     if "all" in workloads:
         workloads = list(DEFAULT_WORKLOADS)
     bad = [w for w in workloads if w not in crash.WORKLOADS]

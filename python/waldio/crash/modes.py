@@ -104,6 +104,11 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
     # and losses when they happen (tests/py/test_crash.py).
     Mode("delete-off", False, "OFF", journal="DELETE", testonly=True,
          os_contract="none", power_contract="none"),
+    # Stock WAL with synchronous=OFF: nothing is ever synced, so an OS crash or
+    # a power loss may lose acknowledged commits (and a checkpoint may leave
+    # the database corrupt). A control of `waldio crash --real`: the method
+    # must see it lose.
+    Mode("wal-off", False, "OFF", testonly=True, os_contract="none", power_contract="none"),
 ]}
 
 
@@ -142,17 +147,25 @@ LAYOUTS = ("embed", "pad4k", "pad8k")
 
 def get_mode(name: str) -> Mode:
     """A mode by name; "waldio-...+pad4k" is that waldio mode with the
-    pad4k (or pad8k, embed) log layout."""
-    base, _, layout = name.partition("+")
+    pad4k (or pad8k, embed) log layout, "waldio-...+KEY=VALUE" the mode with
+    that waldio URI option (e.g. waldio-normal+flush_ms=100: the default
+    flush bound; waldio-full+prealloc=4M: the default preallocation, so the
+    log's runway doubles from 256 KiB). Suffixes combine: a+b+c."""
+    base, *extras = name.split("+")
     if base not in MODES:
         raise KeyError("unknown mode %r (expected one of %s)" % (name, ", ".join(MODES)))
     m = MODES[base]
-    if not layout:
+    if not extras:
         return m
-    if not m.waldio or layout not in LAYOUTS:
-        raise KeyError("mode %r: a layout (%s) applies to waldio modes only"
-                       % (name, ", ".join(LAYOUTS)))
-    return replace(m, name=name, uri=m.uri + (("layout", layout),))
+    uri = dict(m.uri)
+    for extra in extras:
+        key, eq, value = extra.partition("=")
+        if not m.waldio or not (key in LAYOUTS and not eq or eq and key and value):
+            raise KeyError("mode %r: a suffix is a layout (%s) or a waldio URI option "
+                           "KEY=VALUE, and applies to waldio modes only"
+                           % (name, ", ".join(LAYOUTS)))
+        uri.update({"layout": key} if not eq else {key: value})
+    return replace(m, name=name, uri=tuple(uri.items()))
 
 
 # Stock-mode states are also opened through waldio, which must convert the

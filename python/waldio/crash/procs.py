@@ -51,7 +51,8 @@ PAUSE_MAX_S = 0.002        # a writer's random pause after a commit: interleavin
 
 
 def mark(ctl: Any, kind: str, writer: int, n: int, g: int) -> None:
-    ctl.execute("SELECT recorder_mark(?, ?)", (mark_name(kind, writer, n), g)).fetchall()
+    from .recorder import mark as log_mark
+    log_mark(ctl, mark_name(kind, writer, n), g)
 
 
 class MarkingRunner(Runner):
@@ -189,6 +190,7 @@ def role_proc(args: Dict[str, Any]) -> None:
     """One process of a two-procs or ckpt-proc run: recorder and waldio
     loaded here, appending to the run's event log."""
     from .recorder import control_connection, load_recorder
+    from .recorder import mark as log_mark
     mode = get_mode(args["mode"])
     load_recorder()
     vfs = "recorder"
@@ -213,7 +215,7 @@ def role_proc(args: Dict[str, Any]) -> None:
         report: Dict[str, Any] = {"committed": runner.committed}
     else:
         report = checkpointer(mode, db, vfs, args["seed"], Path(args["stop"]), args["nproc"])
-    ctl.execute("SELECT recorder_mark('end', 0)").fetchall()
+    log_mark(ctl, "end", 0)
     ctl.execute("SELECT recorder_stop()").fetchall()
     print(json.dumps(report), flush=True)
 

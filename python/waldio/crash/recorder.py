@@ -7,6 +7,7 @@ completion order, with an ``ack`` mark after each acknowledged transaction.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -62,6 +63,40 @@ def control_connection() -> Any:
     return apsw_module().Connection(":memory:")
 
 
+# During a recording on the real kernel (`waldio crash --real`, real/record.py)
+# this names the block recorder's control file: every mark is also logged
+# there, so each acknowledgement has its place in the block log too.
+BLOCK_CTL_ENV = "WALDIO_CRASH_BLOCK_CTL"
+
+
+def mark(ctl: Any, name: str, value: int) -> None:
+    """Log a mark (recorder_mark) in the event log, and in the block log when
+    $WALDIO_CRASH_BLOCK_CTL names one: after the event-log mark, so both
+    follow whatever the mark stands for."""
+    ctl.execute("SELECT recorder_mark(?, ?)", (name, value)).fetchall()
+    block_ctl = os.environ.get(BLOCK_CTL_ENV)
+    if block_ctl:
+        fd = os.open(block_ctl, os.O_WRONLY)
+        try:
+            os.write(fd, ("%s %d\n" % (name, value)).encode())
+        finally:
+            os.close(fd)
+
+
+def make_base_durable(live: Path, ctl: Any) -> None:
+    """On the real kernel: the base database is durable before the run (a
+    syncfs of its file system), and the block log marks where the run begins."""
+    if not os.environ.get(BLOCK_CTL_ENV):
+        return
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), "syncfs(%s)" % live)
+    finally:
+        os.close(fd)
+    mark(ctl, "base", 0)
+
+
 class RecordingError(RuntimeError):
     """The workload failed while it was being recorded (before any crash)."""
 
@@ -75,18 +110,22 @@ class RecordingError(RuntimeError):
 
 
 def record(mode_name: str, workload: str, seed: int, txns: int, out_dir: Path,
-           timeout: float = 600) -> Path:
+           timeout: float = 600, live: Optional[Path] = None,
+           env: Optional[Dict[str, str]] = None) -> Path:
     """Record one run into out_dir (events.bin, meta.json, base/).
-    Runs in a child process: the recorder must load before waldio."""
+    Runs in a child process: the recorder must load before waldio.
+    live: where the database lives (default out_dir/live; the real-kernel
+    recordings put it on the file system under test); env: more environment
+    for the child."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     args = {"mode": mode_name, "workload": workload, "seed": seed, "txns": txns,
-            "out": str(out_dir)}
+            "out": str(out_dir), "live": str(live) if live else None}
     proc = subprocess.run([sys.executable, "-m", "waldio.crash", "_record", json.dumps(args)],
                           capture_output=True, text=True, timeout=timeout,
-                          env=child_env({"WALDIO_RECORDER_SEED": str(seed)}))
+                          env=child_env(dict(env or {}, WALDIO_RECORDER_SEED=str(seed))))
     if proc.returncode == 0 and proc.stderr.strip():
         (out_dir / "record.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -114,7 +153,7 @@ def record(mode_name: str, workload: str, seed: int, txns: int, out_dir: Path,
 def role_record(args: Dict[str, Any]) -> None:
     mode = get_mode(args["mode"])
     out = Path(args["out"])
-    live = out / "live"
+    live = Path(args.get("live") or out / "live")
     live.mkdir()
     load_recorder()
     vfs = "recorder"
@@ -145,13 +184,14 @@ def role_record(args: Dict[str, Any]) -> None:
             continue
         shutil.copyfile(p, out / "base" / p.name)
         base_files.append(p.name)
+    make_base_durable(live, ctl)
     ctl.execute("SELECT recorder_start(?)", (str(out / "events.bin"),)).fetchall()
     procs_report: Dict[str, Any] = {}
     if multi:
         # Acknowledged (and durable) before the recording: in the base.
         # The largest first, so that every crash point requires them all.
         for g, w, n in sorted(done, reverse=True):
-            ctl.execute("SELECT recorder_mark(?, ?)", (mark_name("ack", w, n), g)).fetchall()
+            mark(ctl, mark_name("ack", w, n), g)
         if args["workload"] == "fork":
             procs_report = procs.run_fork(mode, db, args["seed"], args["txns"], vfs, skip, out)
         else:
@@ -162,15 +202,15 @@ def role_record(args: Dict[str, Any]) -> None:
     else:
         if done_before:
             # Acknowledged (and durable) before the recording: in the base.
-            ctl.execute("SELECT recorder_mark('ack', ?)", (done_before,)).fetchall()
+            mark(ctl, "ack", done_before)
 
         def ack(n: int) -> None:
-            ctl.execute("SELECT recorder_mark('ack', ?)", (n,)).fetchall()
+            mark(ctl, "ack", n)
 
         runner = Runner(mode, db, vfs=vfs, on_ack=ack)
         runner.run(steps)
         runner.close()
-    ctl.execute("SELECT recorder_mark('end', 0)").fetchall()
+    mark(ctl, "end", 0)
     n_events = ctl.execute("SELECT recorder_stop()").fetchall()[0][0]
     apsw = apsw_module()
     meta = {"mode": mode.name, "workload": args["workload"], "seed": args["seed"],

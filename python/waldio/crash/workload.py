@@ -77,6 +77,8 @@ def make_steps(workload: str, seed: int, txns: int, writer: Optional[int] = None
     if workload not in WORKLOADS:
         raise ValueError("unknown workload %r (expected one of %s)"
                          % (workload, ", ".join(WORKLOADS)))
+    if workload == "growth":
+        return growth_steps(seed, txns)
     if writer is not None:
         rng = random.Random("mp:%s:%d:%d" % (workload, seed, writer))
     else:
@@ -184,7 +186,36 @@ def make_steps(workload: str, seed: int, txns: int, writer: Optional[int] = None
     return steps
 
 
-SINGLE_WORKLOADS = ("mixed", "bank", "two-writers")
+def growth_steps(seed: int, txns: int) -> List[Step]:
+    """The log's growth from a fresh file: a reader opened before the first
+    commit pins the log for four fifths of the transactions (no checkpoint
+    can restart it), each transaction adding 2-4 rows of 2-6 KB (overflow
+    pages: about 6-12 frames), so the log grows again and again (waldio: a
+    runway of 256 KiB, then doubling up to the preallocation); then the
+    reader ends, a TRUNCATE checkpoint gives back what lies beyond the
+    preallocation, and the rest commit into the restarted log with one more
+    pinned stretch and a PASSIVE checkpoint."""
+    rng = random.Random("growth:%d" % seed)
+    steps: List[Step] = [Step("reader_begin")]
+    pinned = max(1, txns * 4 // 5)
+    unpin = (pinned + txns + 1) // 2
+    next_id = 41
+    for i in range(1, txns + 1):
+        sql: List[Tuple[str, Tuple[Any, ...]]] = []
+        for _ in range(rng.randrange(2, 5)):
+            sql.append(("INSERT INTO kv VALUES(?, ?, ?)",
+                        (next_id, rng.randrange(1000), rng.randbytes(rng.randrange(2000, 6000)))))
+            next_id += 1
+        sql.append(("UPDATE meta SET txn = ? WHERE id = 1", (i,)))
+        steps.append(Step("txn", n=i, sql=sql))
+        if i == pinned:
+            steps += [Step("reader_end"), Step("checkpoint", arg="TRUNCATE"), Step("reader_begin")]
+        if i == unpin:
+            steps += [Step("reader_end"), Step("checkpoint", arg="PASSIVE")]
+    return steps
+
+
+SINGLE_WORKLOADS = ("mixed", "bank", "two-writers", "growth")
 
 
 MULTI_WORKLOADS = ("two-procs", "ckpt-proc", "fork")

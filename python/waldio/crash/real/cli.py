@@ -1,0 +1,145 @@
+"""`waldio crash --real`: crash states from the real kernel (the options are
+registered by :mod:`..cli`; this module runs them and prints the results).
+
+    waldio crash --real                                   every row of plan.RUNS, 1000 states each
+    waldio crash --real --mode waldio-full --states 10000 --seed 1 --json real.json
+    waldio crash --real --mode wal-off --workload mixed --states 300
+    waldio crash --real --replay 'waldio-full/mixed/seed=1/txns=100/real:subset:812:4711'
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Iterator, List
+
+from ..recorder import RecordingError
+from . import machine, plan
+from .campaign import replay, run_real_campaign
+
+
+def main(args: argparse.Namespace) -> int:
+    reason = machine.unavailable_reason()
+    if reason:
+        print("waldio crash --real: cannot run here: %s" % reason, file=sys.stderr)
+        return 2
+    log = _log(args.quiet)
+    if args.replay:
+        ok, text = replay(args.replay, out_root=args.out, keep=args.keep, log=log)
+        print(text)
+        return 0 if ok else 1
+    workloads = [w.strip() for w in (args.workload or "").split(",") if w.strip()]
+    try:
+        runs = plan.select(args.mode or [], [] if "all" in workloads else workloads)
+    except KeyError as e:
+        print("waldio crash --real: %s" % e.args[0], file=sys.stderr)
+        return 2
+    if not runs:
+        print("waldio crash --real: no run of the table matches (see plan.RUNS)", file=sys.stderr)
+        return 2
+    txns = args.txns or (200 if args.states >= 5000 else 100)
+    jobs = args.jobs or os.cpu_count() or 1
+    report: Dict[str, Any] = {"command": " ".join(sys.argv), "seed": args.seed, "txns": txns,
+                              "states_per_run": args.states, "jobs": jobs,
+                              "kernel": machine.kernel(), "mkfs": " ".join(machine.MKFS_OPTIONS),
+                              "mount": machine.MOUNT_OPTIONS,
+                              "loop_direct_io": args.loop_direct_io, "runs": []}
+    t0 = time.monotonic()
+    failed = False
+    for run in runs:
+        with progress_bar(run.name, not args.quiet) as progress:
+            try:
+                res = run_real_campaign(run, states=args.states, seed=args.seed, txns=txns,
+                                        out_root=args.out, jobs=jobs,
+                                        cross_check=not args.no_model_check,
+                                        loop_direct_io=args.loop_direct_io,
+                                        progress=progress, log=log)
+            except RecordingError as e:
+                print("RECORDING FAILURE %s: %s\n  full output: %s" % (run.name, e.short(), e.log_path))
+                report["runs"].append({"mode": run.mode, "workload": run.workload,
+                                       "recording_failed": e.short()})
+                failed = True
+                continue
+        report["runs"].append(res.to_json())
+        if res.failures and not run.control:
+            failed = True
+            print("%s: %d of %d states FAILED" % (run.name, len(res.failures), res.total_tried))
+            for f in res.failures[:5]:
+                print("  %s\n    %s\n    artifact: %s" % (f["id"], f["reason"], f.get("artifact")))
+        if run.control and not res.losing_states:
+            failed = True
+            print("CONTROL %s lost no acknowledged transaction in %d states: the method would "
+                  "not see a loss (check more states)" % (run.name, res.total_tried))
+    report["seconds"] = round(time.monotonic() - t0, 1)
+    print(format_table(report))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=1, default=str))
+    return 1 if failed else 0
+
+
+def _log(quiet: bool) -> Callable[[str], None]:
+    def log(s: str) -> None:
+        if not quiet:
+            print(s, file=sys.stderr, flush=True)
+    return log
+
+
+@contextmanager
+def progress_bar(label: str, enabled: bool) -> Iterator[Callable[[int, int], None]]:
+    """A rich progress bar on a terminal; elsewhere a line per tenth."""
+    if not enabled:
+        yield lambda done, total: None
+        return
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, \
+            TimeElapsedColumn
+        prog = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=Console(stderr=True), transient=True)
+        task = prog.add_task(label, total=None)
+        with prog:
+            yield lambda done, total: prog.update(task, completed=done, total=total)
+        return
+    shown = [0]
+
+    def line(done: int, total: int) -> None:
+        if done * 10 // max(1, total) > shown[0] or done == total:
+            shown[0] = done * 10 // max(1, total)
+            print("  %s: %d/%d states" % (label, done, total), file=sys.stderr, flush=True)
+    yield line
+
+
+def format_table(report: Dict[str, Any]) -> str:
+    hdr = "%-30s %-9s %7s %7s %6s %8s %7s %8s %9s %8s" % (
+        "mode", "workload", "states", "passed", "failed", "lossy", "maxlost", "outside",
+        "images", "st/min")
+    lines: List[str] = [hdr, "-" * len(hdr)]
+    for r in report["runs"]:
+        if r.get("recording_failed"):
+            lines.append("%-30s %-9s recording failed: %s" % (r["mode"], r["workload"],
+                                                             r["recording_failed"]))
+            continue
+        name = r["mode"] + (" (control)" if r["control"] else "")
+        lines.append("%-30s %-9s %7d %7d %6d %8d %7d %8d %9d %8.0f" % (
+            name, r["workload"], r["total_tried"], r["total_passed"], len(r["failures"]),
+            r["losing_states"], r["max_lost"], r["states_outside_model"], r["distinct_images"],
+            r["states_per_minute"]))
+        ages = r.get("loss_age_ms")
+        if ages:
+            lines.append("%-30s oldest lost acknowledgement at the crash: median %.1f ms, "
+                         "p90 %.1f ms, max %.1f ms (%d states)"
+                         % ("", ages["median"], ages["p90"], ages["max"], ages["states"]))
+        if r["outside_model"]:
+            lines.append("%-30s outside the model (findings by kind): %s" % (
+                "", ", ".join("%s %d" % kv for kv in sorted(r["outside_model"].items()))))
+    total = sum(r.get("total_tried", 0) for r in report["runs"])
+    lines.append("%d states in %.1f s (%s, kernel %s)" % (total, report.get("seconds", 0),
+                                                          "lossy: states missing acknowledged "
+                                                          "transactions; outside: findings of the "
+                                                          "model cross-check", report["kernel"]))
+    return "\n".join(lines)
+

@@ -1,0 +1,295 @@
+"""The cross-check: is a real-kernel crash state one the model could make?
+
+The model (:mod:`..states`) builds crash states from the recorded system
+calls: durable data, plus any subset of the volatile calls (page cache,
+device cache), each applied whole, and one call in flight torn at sectors.
+Every real state is compared with it at the same moment: the model's events
+logged before the state's last block record arrived have certainly
+completed (``lo``), those logged before the next block record may have
+(``hi``; recording.py :meth:`file_window`). For each database file (the
+``-shm`` files are outside the model) the state must then show:
+
+* a namespace the model allows: the durable one plus an in-order prefix of
+  the volatile creations, unlinks and renames;
+* at every byte, the model's durable content at ``lo`` or the bytes of a
+  write, truncate or zeroing fallocate the model holds volatile by ``hi``,
+  or of the one call per process still in flight (the next write after
+  ``hi``): otherwise the byte is *unexplained* — data the model calls durable
+  that the device lost, or bytes no recorded call wrote;
+* a length the model allows (the durable length, or where a volatile call
+  left it);
+* every volatile write whole or absent: a multi-sector write of which some
+  sectors reached the disk and others did not, not being the call in flight,
+  is *partial* — the model's "each call is atomic, only the write in flight
+  tears" is then weaker than the kernel (page-cache writeback goes page by
+  page, and a crash can cut it).
+
+Each finding is a short text; the campaign counts states with findings, by
+kind, and docs/crash.md lists what was found.
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ..events import (
+    FA,
+    FALLOC_KEEP_SIZE,
+    FALLOC_PUNCH_HOLE,
+    FALLOC_WRITE_ZEROES,
+    FALLOC_ZERO_RANGE,
+    Item,
+    T,
+    W,
+)
+from ..states import Image
+from .recording import RealRecording
+
+BLOCK = 4096
+SECTOR = 512
+ZEROING = FALLOC_PUNCH_HOLE | FALLOC_ZERO_RANGE | FALLOC_WRITE_ZEROES
+FINDING_KINDS = ("namespace", "unexplained", "length", "partial")
+
+
+def _piece(it: Item, lo: int, hi: int) -> Optional[bytes]:
+    """The bytes item it leaves in [lo, hi) (clipped to its range), or None
+    if it does not touch that range."""
+    if it.op == W:
+        a, b = max(lo, it.off), min(hi, it.off + it.length)
+        if a >= b:
+            return None
+        return bytes(b - a) if it.data is None else bytes(it.data[a - it.off:b - it.off])
+    if it.op == FA and it.mode & ZEROING:
+        a, b = max(lo, it.off), min(hi, it.off + it.length)
+        return bytes(b - a) if a < b else None
+    return None
+
+
+def _span(it: Item) -> Tuple[int, int]:
+    if it.op in (W, FA):
+        return it.off, it.off + it.length
+    return 0, 0
+
+
+class ModelCheck:
+    """Explains real states with the model's recording of the same run."""
+
+    def __init__(self, rec: RealRecording) -> None:
+        self.rec = rec
+        self.file = rec.file
+        self.items = self.file.items
+        self.item_idx = [it.idx for it in self.items]
+        self.frontier = 0
+        self.base = Image(dict(self.file.base_ns),
+                          {i: bytearray(b) for i, b in self.file.base_img.items()})
+        self.pid_of = [ev.pid for ev in self.file.events]
+        self.last_lo = -1
+
+    def _advance(self, lo: int) -> None:
+        """Apply to the base every item, in order, up to the first one not
+        yet durable at lo (so the base is durable at every later lo)."""
+        items = self.items
+        while self.frontier < len(items) and items[self.frontier].durable_at <= lo:
+            self.base.apply(items[self.frontier])
+            self.frontier += 1
+
+    def explain(self, p: int, files: Dict[str, bytes]) -> List[str]:
+        """The findings for the state at crash position p with these files
+        (in the database directory); states come in crash-point order."""
+        lo, hi = self.rec.file_window(p)
+        if lo < 0:
+            return []
+        if lo < self.last_lo:
+            raise ValueError("states must be explained in crash-point order")
+        self.last_lo = lo
+        self._advance(lo)
+        end = bisect.bisect_right(self.item_idx, hi)
+        window = self.items[self.frontier:end]
+        durable = self.base.fork()
+        volatile: List[Item] = []
+        for it in window:
+            if it.durable_at <= lo:
+                durable.apply(it)
+            else:
+                volatile.append(it)
+        in_flight = self._in_flight(end)
+        real = {n: d for n, d in files.items() if not n.endswith("-shm")}
+        findings: List[str] = []
+        ns = self._namespace(durable, [it for it in volatile if it.ns], set(real))
+        if ns is None:
+            findings.append("namespace: files %s; the model allows %s"
+                            % (sorted(real), self._namespaces_text(durable, volatile)))
+            full = Image(dict(durable.ns), {})
+            for it in volatile:
+                if it.ns:
+                    full.apply(it)
+            ns = full.ns
+        for name, data in sorted(real.items()):
+            ino = ns.get(name)
+            if ino is None:
+                continue
+            base = bytes(durable.data.get(ino, b""))
+            cands = [it for it in volatile if it.ino == ino and not it.ns]
+            flying = [it for it in in_flight if it.ino == ino]
+            findings += self._content(name, data, base, cands, flying)
+        return findings
+
+    def _in_flight(self, end: int) -> List[Item]:
+        """The next write of each process after the window: it may have been
+        under way at the crash (a direct write reaches the device before its
+        system call returns)."""
+        out: List[Item] = []
+        seen = set()
+        for it in self.items[end:end + 64]:
+            pid = self.pid_of[it.idx]
+            if it.op == W and pid not in seen:
+                seen.add(pid)
+                out.append(it)
+        return out
+
+    # ---- namespace
+    def _namespace(self, durable: Image, ns_items: Sequence[Item],
+                   names: set) -> Optional[Dict[str, int]]:
+        probe = Image(dict(durable.ns), {})
+        if set(probe.ns) == names:
+            return dict(probe.ns)
+        for it in ns_items:
+            probe.apply(it)
+            if set(probe.ns) == names:
+                return dict(probe.ns)
+        return None
+
+    def _namespaces_text(self, durable: Image, volatile: Sequence[Item]) -> str:
+        probe = Image(dict(durable.ns), {})
+        out = [sorted(probe.ns)]
+        for it in volatile:
+            if it.ns:
+                probe.apply(it)
+                out.append(sorted(probe.ns))
+        return " or ".join(str(x) for x in out[:6])
+
+    # ---- content
+    def _content(self, name: str, real: bytes, base: bytes, cands: List[Item],
+                 flying: List[Item]) -> List[str]:
+        findings: List[str] = []
+        lengths = {len(base)}
+        for it in cands + flying:
+            a, b = _span(it)
+            if it.op == W or (it.op == FA and not it.mode & FALLOC_KEEP_SIZE):
+                lengths |= {b, max(b, len(base))}
+            if it.op == T:
+                lengths.add(it.length)
+        if len(real) not in lengths:
+            findings.append("length: %s is %d bytes; the model allows %s"
+                            % (name, len(real), sorted(lengths)[:8]))
+        writers = sorted(cands + flying, key=lambda it: it.idx)
+        spans = [_span(it) for it in writers]
+        unexplained: List[Tuple[int, int]] = []
+        n = len(real)
+        for blk in range(0, n, BLOCK):
+            hi = min(n, blk + BLOCK)
+            got = real[blk:hi]
+            old = base[blk:hi].ljust(hi - blk, b"\0")
+            if got == old:
+                continue
+            touching = [it for it, (a, b) in zip(writers, spans) if a < hi and b > blk]
+            if self._block_explained(got, old, blk, hi, touching):
+                continue
+            bad = self._bytes_unexplained(got, old, blk, touching)
+            if bad:
+                unexplained.append((blk + bad[0], blk + bad[-1] + 1))
+        if unexplained:
+            total = sum(b - a for a, b in unexplained)
+            a, b = unexplained[0]
+            findings.append("unexplained: %s: %d bytes in %d blocks match no content the model "
+                            "allows (first at %d..%d: durable there %s, found %s)"
+                            % (name, total, len(unexplained), a, b, _show(base[a:b]),
+                               _show(real[a:b])))
+        flying_ids = {id(it) for it in flying}
+        for it in cands:
+            if it.op == W and id(it) not in flying_ids and it.length > SECTOR:
+                part = self._partial(it, real, base, writers)
+                if part:
+                    findings.append("partial: %s: %s %s" % (name, it.describe(), part))
+        return findings
+
+    @staticmethod
+    def _block_explained(got: bytes, old: bytes, blk: int, hi: int, touching: List[Item]) -> bool:
+        """Fast paths: the block as every touching call left it, or as one."""
+        if not touching:
+            return False
+        allb = bytearray(old)
+        for it in touching:
+            piece = _piece(it, blk, hi)
+            a = max(blk, it.off)
+            if piece is not None:
+                allb[a - blk:a - blk + len(piece)] = piece
+            elif it.op == T and it.length < hi:
+                cut = max(0, it.length - blk)
+                allb[cut:] = bytes(len(allb) - cut)
+        if bytes(allb) == got:
+            return True
+        for it in touching:
+            one = bytearray(old)
+            piece = _piece(it, blk, hi)
+            if piece is None:
+                continue
+            a = max(blk, it.off) - blk
+            one[a:a + len(piece)] = piece
+            if bytes(one) == got:
+                return True
+        return False
+
+    @staticmethod
+    def _bytes_unexplained(got: bytes, old: bytes, blk: int, touching: List[Item]) -> List[int]:
+        """Byte offsets (in the block) that neither the durable content nor
+        any touching call explains."""
+        pieces = []
+        for it in touching:
+            a = max(blk, it.off)
+            piece = _piece(it, a, blk + len(got))
+            if piece is not None:
+                pieces.append((a - blk, piece))
+            elif it.op == T:
+                cut = max(0, it.length - blk)
+                pieces.append((cut, bytes(len(got) - cut)))
+        bad = []
+        for i, (g, o) in enumerate(zip(got, old)):
+            if g == o:
+                continue
+            if not any(a <= i < a + len(pc) and pc[i - a] == g for a, pc in pieces):
+                bad.append(i)
+        return bad
+
+    @staticmethod
+    def _partial(it: Item, real: bytes, base: bytes, writers: List[Item]) -> str:
+        """"n of m sectors" if the write's new bytes are on disk in some
+        sectors and absent (old bytes, no later call explaining them) in
+        others; "" if it is whole or absent."""
+        later = [w for w in writers if w.idx > it.idx]
+        new_secs = old_secs = 0
+        for s in range(it.off // SECTOR, (it.off + it.length - 1) // SECTOR + 1):
+            a, b = max(it.off, s * SECTOR), min(it.off + it.length, (s + 1) * SECTOR)
+            if b > len(real):
+                continue
+            piece = _piece(it, a, b)
+            old = base[a:b].ljust(b - a, b"\0")
+            if piece is None or piece == old:
+                continue                          # this sector tells nothing
+            got = real[a:b]
+            if got == piece:
+                new_secs += 1
+            elif got == old and not any(_piece(w, a, b) is not None for w in later):
+                old_secs += 1
+        if new_secs and old_secs:
+            return "partly on disk: %d sectors new, %d old" % (new_secs, old_secs)
+        return ""
+
+
+def _show(b: bytes) -> str:
+    if not b:
+        return "nothing (past the end)"
+    if not any(b):
+        return "zeros"
+    return b[:12].hex() + ("..." if len(b) > 12 else "")
+

@@ -1,0 +1,72 @@
+"""What `waldio crash --real` runs: one table entry per (mode, workload).
+
+A mode is a name of :mod:`..modes` (its durability contract included), maybe
+with ``+KEY=VALUE`` waldio URI options; a workload one of :mod:`..workload`
+(the multi-process ones are recorded by :mod:`..procs`, every process
+appending to one event log and marking the block log). A *control* is a mode
+that is expected to lose acknowledged commits: its losses are counted and
+reported, and they never fail a campaign; the campaign fails if a control
+never loses (the method would be blind).
+
+Adding the two-process group-durable run, once libwaldio lets two processes
+open a database with ``PRAGMA waldio_group=durable``, is one more row:
+``RealRun("waldio-group-durable", "two-procs")``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Sequence
+
+from ..modes import get_mode, mode_runs_workload
+from ..workload import WORKLOADS
+
+
+@dataclass(frozen=True)
+class RealRun:
+    mode: str
+    workload: str
+    control: bool = False      # expected to lose acknowledged commits
+    image_mb: int = 32         # the ext4 image (journal: 4 MiB of it)
+
+    @property
+    def name(self) -> str:
+        return "%s/%s" % (self.mode, self.workload)
+
+
+RUNS: List[RealRun] = [
+    RealRun("waldio-full", "mixed"),
+    # The default preallocation (4 MiB): the runway doubles from 256 KiB as
+    # the pinned log grows; then a TRUNCATE checkpoint shrinks it.
+    RealRun("waldio-full+prealloc=4M", "growth", image_mb=48),
+    RealRun("waldio-persistent", "mixed"),
+    RealRun("waldio-group-durable", "mixed"),
+    # The default flush bound, 100 ms (the model's campaigns use 10 ms).
+    RealRun("waldio-normal+flush_ms=100", "mixed"),
+    # A live standard WAL, converted by waldio's first open (rename).
+    RealRun("waldio-from-stock", "mixed"),
+    RealRun("waldio-full", "two-procs"),
+    RealRun("wal-full", "mixed"),
+    RealRun("wal-full", "growth", image_mb=48),
+    RealRun("wal-normal", "mixed", control=True),
+    RealRun("wal-off", "mixed", control=True),
+]
+
+
+def select(modes: Sequence[str] = (), workloads: Sequence[str] = ()) -> List[RealRun]:
+    """The table's rows for these modes and workloads (empty: all). A mode or
+    workload the table does not name runs as a new row where the model's
+    campaigns would run it (mode_runs_workload)."""
+    runs = [r for r in RUNS if (not modes or r.mode in modes)
+            and (not workloads or r.workload in workloads)]
+    for m in modes:
+        get_mode(m)                               # KeyError: unknown mode
+        for w in workloads or ("mixed",):
+            if w not in WORKLOADS:
+                raise KeyError("unknown workload %r (expected one of %s)"
+                               % (w, ", ".join(WORKLOADS)))
+            if any(r.mode == m and r.workload == w for r in runs) \
+                    or not mode_runs_workload(m, w):
+                continue
+            runs.append(RealRun(m, w, control=get_mode(m).power_contract == "none",
+                                image_mb=48 if w == "growth" else 32))
+    return runs
