@@ -150,7 +150,9 @@ def get_mode(name: str) -> Mode:
     pad4k (or pad8k, embed) log layout, "waldio-...+KEY=VALUE" the mode with
     that waldio URI option (e.g. waldio-normal+flush_ms=100: the default
     flush bound; waldio-full+prealloc=4M: the default preallocation, so the
-    log's runway doubles from 256 KiB). Suffixes combine: a+b+c."""
+    log's runway doubles from 256 KiB), and "MODE+autocheckpoint=N" (any
+    mode) the mode with PRAGMA wal_autocheckpoint=N. Suffixes combine:
+    a+b+c."""
     base, *extras = name.split("+")
     if base not in MODES:
         raise KeyError("unknown mode %r (expected one of %s)" % (name, ", ".join(MODES)))
@@ -160,9 +162,12 @@ def get_mode(name: str) -> Mode:
     uri = dict(m.uri)
     for extra in extras:
         key, eq, value = extra.partition("=")
+        if key == "autocheckpoint" and value.isdigit():
+            m = replace(m, autocheckpoint=int(value))
+            continue
         if not m.waldio or not (key in LAYOUTS and not eq or eq and key and value):
-            raise KeyError("mode %r: a suffix is a layout (%s) or a waldio URI option "
-                           "KEY=VALUE, and applies to waldio modes only"
+            raise KeyError("mode %r: a suffix is a layout (%s), a waldio URI option "
+                           "KEY=VALUE (waldio modes only) or autocheckpoint=N"
                            % (name, ", ".join(LAYOUTS)))
         uri.update({"layout": key} if not eq else {key: value})
     return replace(m, name=name, uri=tuple(uri.items()))

@@ -11,9 +11,11 @@ import ctypes
 import hashlib
 import json
 import os
+import random
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, Optional
 
@@ -111,18 +113,20 @@ class RecordingError(RuntimeError):
 
 def record(mode_name: str, workload: str, seed: int, txns: int, out_dir: Path,
            timeout: float = 600, live: Optional[Path] = None,
-           env: Optional[Dict[str, str]] = None) -> Path:
+           env: Optional[Dict[str, str]] = None, pace_ms: float = 0) -> Path:
     """Record one run into out_dir (events.bin, meta.json, base/).
     Runs in a child process: the recorder must load before waldio.
     live: where the database lives (default out_dir/live; the real-kernel
     recordings put it on the file system under test); env: more environment
-    for the child."""
+    for the child; pace_ms: a single writer pauses 0..pace_ms (seeded) after
+    each acknowledged commit, so the run spans time as an application's does
+    (the flush bounds of the NORMAL modes then matter)."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     args = {"mode": mode_name, "workload": workload, "seed": seed, "txns": txns,
-            "out": str(out_dir), "live": str(live) if live else None}
+            "out": str(out_dir), "live": str(live) if live else None, "pace_ms": pace_ms}
     proc = subprocess.run([sys.executable, "-m", "waldio.crash", "_record", json.dumps(args)],
                           capture_output=True, text=True, timeout=timeout,
                           env=child_env(dict(env or {}, WALDIO_RECORDER_SEED=str(seed))))
@@ -204,8 +208,12 @@ def role_record(args: Dict[str, Any]) -> None:
             # Acknowledged (and durable) before the recording: in the base.
             mark(ctl, "ack", done_before)
 
+        pace = random.Random("pace:%d" % args["seed"])
+
         def ack(n: int) -> None:
             mark(ctl, "ack", n)
+            if args.get("pace_ms"):
+                time.sleep(pace.uniform(0, args["pace_ms"]) / 1000)
 
         runner = Runner(mode, db, vfs=vfs, on_ack=ack)
         runner.run(steps)

@@ -122,6 +122,22 @@ def parse(path: Path) -> BlockLog:
     return BlockLog(size, t0, rt0, records)
 
 
+def write(path: Path, log: BlockLog) -> None:
+    """Write a block log (a hand-made or edited one: records are renumbered
+    1, 2, 3 ... in list order)."""
+    with open(path, "wb") as f:
+        f.write(FILE_HDR.pack(MAGIC, log.image_size, log.t_start_ns, log.realtime_start_ns, 0))
+        for i, r in enumerate(log.records, 1):
+            payload = b""
+            if r.type == WRITE and r.data is not None:
+                payload = bytes(r.data)
+            elif r.type == MARK:
+                payload = r.text.encode()
+            flags = r.flags | (F_ZEROS if r.type == WRITE and r.data is None else 0)
+            f.write(REC_HDR.pack(r.type, flags, 0, len(payload), i, r.t_ns, r.off, r.length, 0))
+            f.write(payload)
+
+
 def apply(image: bytearray, rec: Record) -> None:
     """Apply a WRITE or ZERO record to an in-memory image."""
     if rec.type == WRITE and rec.data is not None:

@@ -53,6 +53,9 @@ class RealCampaignResult:
     states_outside_model: int = 0
     outside_examples: List[Dict[str, str]] = field(default_factory=list)
     fsck_complaints: int = 0
+    fs_torn: int = 0                    # torn states that damaged ext4 itself
+    unjudged: int = 0                   # ... so badly that it does not mount
+    fs_torn_examples: List[Dict[str, str]] = field(default_factory=list)
     record_seconds: float = 0.0
     check_seconds: float = 0.0
 
@@ -154,7 +157,7 @@ def check_keys(rec_dir: Path, keys: Sequence[RealKey], *, jobs: int, cross_check
 
 def run_real_campaign(run: RealRun, *, states: int, seed: int, txns: int,
                       out_root: Optional[Path] = None, jobs: int = 1,
-                      every_flush: bool = True, cross_check: bool = True,
+                      cross_check: bool = True,
                       loop_direct_io: bool = False, rec_dir: Optional[Path] = None,
                       progress: Optional[Progress] = None,
                       log: Callable[[str], None] = lambda s: None) -> RealCampaignResult:
@@ -166,7 +169,7 @@ def run_real_campaign(run: RealRun, *, states: int, seed: int, txns: int,
         record_real(run, seed, txns, rec_dir, loop_direct_io=loop_direct_io, log=log)
     t_rec = time.monotonic() - t0
     rec = RealRecording(rec_dir)
-    keys = StateSpace(rec).sample(states, seed, every_flush=every_flush)
+    keys = StateSpace(rec).sample(states, seed)
     log("%s: %d block records, %d acknowledged transactions; checking %d states ..."
         % (run.name, rec.n, rec.n_acked, len(keys)))
     t1 = time.monotonic()
@@ -191,7 +194,12 @@ def summarize(res: RealCampaignResult, rec: RealRecording, results: List[RealRes
             res.max_lost = max(res.max_lost, r.lost)
             if r.loss_age_ms is not None:
                 res.loss_ages_ms.append(round(r.loss_age_ms, 3))
-        res.fsck_complaints += int(bool(r.fsck))
+        res.fsck_complaints += int(bool(r.fsck) and not r.fs_torn)
+        if r.fs_torn:
+            res.fs_torn += 1
+            if len(res.fs_torn_examples) < 3:
+                res.fs_torn_examples.append({"id": rec.state_id(r.key), "reason": r.reason,
+                                             "fsck": "; ".join(r.fsck)})
         res.states_outside_model += int(bool(r.outside_model))
         for f in r.outside_model:
             k = f.split(":")[0]
@@ -199,7 +207,9 @@ def summarize(res: RealCampaignResult, rec: RealRecording, results: List[RealRes
             res.outside_model[k] = res.outside_model.get(k, 0) + 1
             if sum(1 for e in res.outside_examples if e["kind"] == k) < 3:
                 res.outside_examples.append({"kind": k, "id": rec.state_id(r.key), "finding": f})
-        if not r.passed:
+        if not r.judged:
+            res.unjudged += 1
+        elif not r.passed:
             fail = {"id": rec.state_id(r.key), "reason": r.reason, "k": r.k,
                     "required": r.required, "acked": r.acked, "recipe": r.recipe}
             if len(res.failures) < 20:

@@ -133,6 +133,10 @@ def format_table(report: Dict[str, Any]) -> str:
             lines.append("%-30s oldest lost acknowledgement at the crash: median %.1f ms, "
                          "p90 %.1f ms, max %.1f ms (%d states)"
                          % ("", ages["median"], ages["p90"], ages["max"], ages["states"]))
+        if r["fs_torn"]:
+            lines.append("%-30s %d torn writes damaged ext4 itself, %d so that it does not mount "
+                         "(not failures of the database; e.g. %s)"
+                         % ("", r["fs_torn"], r["unjudged"], r["fs_torn_examples"][0]["id"]))
         if r["outside_model"]:
             lines.append("%-30s outside the model (findings by kind): %s" % (
                 "", ", ".join("%s %d" % kv for kv in sorted(r["outside_model"].items()))))

@@ -114,25 +114,27 @@ class ModelCheck:
                 volatile.append(it)
         in_flight = self._in_flight(end)
         real = {n: d for n, d in files.items() if not n.endswith("-shm")}
-        findings: List[str] = []
-        ns = self._namespace(durable, [it for it in volatile if it.ns], set(real))
-        if ns is None:
-            findings.append("namespace: files %s; the model allows %s"
-                            % (sorted(real), self._namespaces_text(durable, volatile)))
-            full = Image(dict(durable.ns), {})
-            for it in volatile:
-                if it.ns:
-                    full.apply(it)
-            ns = full.ns
-        for name, data in sorted(real.items()):
-            ino = ns.get(name)
-            if ino is None:
-                continue
-            base = bytes(durable.data.get(ino, b""))
-            cands = [it for it in volatile if it.ino == ino and not it.ns]
-            flying = [it for it in in_flight if it.ino == ino]
-            findings += self._content(name, data, base, cands, flying)
-        return findings
+        variants = self._namespaces(durable, [it for it in volatile if it.ns])
+        matching = [ns for ns in variants if set(ns) == set(real)]
+        if not matching:
+            return ["namespace: files %s; the model allows %s"
+                    % (sorted(real), " or ".join(str(sorted(ns)) for ns in variants[:6]))]
+        # The same names may stand for other files (a rename over a name, an
+        # unlink and a new file): the state is explained if one variant is.
+        best: Optional[List[str]] = None
+        for ns in matching:
+            findings: List[str] = []
+            for name, data in sorted(real.items()):
+                ino = ns[name]
+                base = bytes(durable.data.get(ino, b""))
+                cands = [it for it in volatile if it.ino == ino and not it.ns]
+                flying = [it for it in in_flight if it.ino == ino]
+                findings += self._content(name, data, base, cands, flying)
+            if best is None or len(findings) < len(best):
+                best = findings
+            if not findings:
+                break
+        return best or []
 
     def _in_flight(self, end: int) -> List[Item]:
         """The next write of each process after the window: it may have been
@@ -148,25 +150,16 @@ class ModelCheck:
         return out
 
     # ---- namespace
-    def _namespace(self, durable: Image, ns_items: Sequence[Item],
-                   names: set) -> Optional[Dict[str, int]]:
+    @staticmethod
+    def _namespaces(durable: Image, ns_items: Sequence[Item]) -> List[Dict[str, int]]:
+        """The namespaces the model allows: the durable one, then each
+        in-order prefix of the volatile namespace operations."""
         probe = Image(dict(durable.ns), {})
-        if set(probe.ns) == names:
-            return dict(probe.ns)
+        out = [dict(probe.ns)]
         for it in ns_items:
             probe.apply(it)
-            if set(probe.ns) == names:
-                return dict(probe.ns)
-        return None
-
-    def _namespaces_text(self, durable: Image, volatile: Sequence[Item]) -> str:
-        probe = Image(dict(durable.ns), {})
-        out = [sorted(probe.ns)]
-        for it in volatile:
-            if it.ns:
-                probe.apply(it)
-                out.append(sorted(probe.ns))
-        return " or ".join(str(x) for x in out[:6])
+            out.append(dict(probe.ns))
+        return out
 
     # ---- content
     def _content(self, name: str, real: bytes, base: bytes, cands: List[Item],

@@ -27,6 +27,7 @@ class RealRun:
     workload: str
     control: bool = False      # expected to lose acknowledged commits
     image_mb: int = 32         # the ext4 image (journal: 4 MiB of it)
+    pace_ms: float = 0         # a pause of 0..pace_ms after each commit (single writer)
 
     @property
     def name(self) -> str:
@@ -42,6 +43,10 @@ RUNS: List[RealRun] = [
     RealRun("waldio-group-durable", "mixed"),
     # The default flush bound, 100 ms (the model's campaigns use 10 ms).
     RealRun("waldio-normal+flush_ms=100", "mixed"),
+    # The same with SQLite's default wal_autocheckpoint (1000 pages) and
+    # commits paced 0-20 ms apart: the flusher, not the checkpoints, makes
+    # the commits durable; the loss ages measure its bound (issue 20).
+    RealRun("waldio-normal+flush_ms=100+autocheckpoint=1000", "bank", pace_ms=20),
     # A live standard WAL, converted by waldio's first open (rename).
     RealRun("waldio-from-stock", "mixed"),
     RealRun("waldio-full", "two-procs"),

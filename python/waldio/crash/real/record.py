@@ -92,7 +92,8 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
             with machine.loop_device(fuse_dir / "disk", direct_io=loop_direct_io) as dev:
                 with machine.mounted(dev, mnt):
                     record(run.mode, run.workload, seed, txns, out_dir / FILE_REC,
-                           live=mnt / DB_DIR, env={BLOCK_CTL_ENV: str(ctl)})
+                           live=mnt / DB_DIR, env={BLOCK_CTL_ENV: str(ctl)},
+                           pace_ms=run.pace_ms)
     finally:
         for d in (mnt, fuse_dir):
             if d.is_dir() and not os.path.ismount(d):
@@ -108,6 +109,7 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
         image.unlink()
     meta: Dict[str, Any] = {
         "mode": run.mode, "workload": run.workload, "control": run.control, "seed": seed,
+        "pace_ms": run.pace_ms,
         "txns": txns, "image_bytes": size, "mkfs": " ".join(machine.MKFS_OPTIONS),
         "mount": machine.MOUNT_OPTIONS, "loop_direct_io": loop_direct_io,
         "kernel": machine.kernel(), "records": len(blocks),

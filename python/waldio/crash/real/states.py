@@ -151,17 +151,17 @@ class StateSpace:
         pts |= {f - 1 for f in self.flushes if f - 1 > self.rec.start}
         return sorted(pts)
 
-    def sample(self, n_states: int, seed: int, every_flush: bool = True) -> List[RealKey]:
-        """n_states distinct states: every flush point first (every_flush; at
-        most a third of n_states otherwise), then seeded cuts: in-order
-        prefixes, random subsets, torn writes."""
+    def sample(self, n_states: int, seed: int) -> List[RealKey]:
+        """n_states distinct states: every flush point first (if they are at
+        most half of n_states; else a seeded third of n_states), then seeded
+        cuts: in-order prefixes, random subsets, torn writes."""
         rng = random.Random("real-states:%d" % seed)
         out: List[RealKey] = []
         seen = set()
         flushes = self.flush_points()
-        if not every_flush and len(flushes) > n_states // 3:
+        if len(flushes) > n_states // 2:
             flushes = sorted(rng.sample(flushes, n_states // 3))
-        for f in flushes[:n_states]:
+        for f in flushes:
             out.append(RealKey("flush", f))
             seen.add(out[-1])
         interesting = self.interesting()
