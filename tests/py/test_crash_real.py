@@ -108,6 +108,32 @@ def test_block_log_replays_to_the_final_image(full_rec: Path) -> None:
     assert '"replays_to_image": true' in (full_rec / META).read_text()
 
 
+def test_state_recipes(full_rec: Path) -> None:
+    """What each kind of state keeps: a flush point and an in-order prefix
+    everything received; a subset only writes since the last flush; a torn
+    write some but not all of its sectors, on top of earlier writes only."""
+    rec = RealRecording(full_rec)
+    space = StateSpace(rec)
+    keys = space.sample(200, 3)
+    assert {k.kind for k in keys} == {"flush", "prefix", "subset", "torn"}
+    assert all(k.cut >= rec.start for k in keys)
+    for k in keys:
+        r = space.recipe(k)
+        vol = space.volatile(k.position)
+        assert r.flush == space.last_flush(k.position) and r.flush <= k.position
+        assert all(rec.log.record(s).changes_image for s in r.kept)
+        if k.kind in ("flush", "prefix"):
+            assert list(r.kept) == vol and not r.torn
+            if k.kind == "flush":
+                assert rec.log.record(k.cut).type == blocklog.FLUSH and not vol
+        elif k.kind == "subset":
+            assert set(r.kept) <= set(vol) and not r.torn
+        else:
+            assert r.torn == k.cut and set(r.kept) <= set(vol) and k.cut not in r.kept
+            assert len(r.torn_sectors) < blocklog.n_sectors(rec.log.record(k.cut))
+        assert space.recipe(k) == r                      # seeded: the same state again
+
+
 def test_a_lost_unflushed_write_is_caught(full_rec: Path, out_root: Path) -> None:
     """A hand-made log: the recording with the flushes of its last commit
     removed, so that commit's writes were never flushed when it was

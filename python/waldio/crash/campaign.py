@@ -33,7 +33,9 @@ class StateResult:
 
 
 @dataclass
-class CampaignResult:
+class CampaignTally:
+    """What every campaign reports (this one, and real/campaign.py's): the
+    run, and the states tried and passed, by model or kind."""
     mode: str
     workload: str
     seed: int
@@ -42,14 +44,6 @@ class CampaignResult:
     summary: Dict[str, Any]
     tried: Dict[str, int] = field(default_factory=dict)
     passed: Dict[str, int] = field(default_factory=dict)
-    distinct: int = 0
-    failures: List[Dict[str, Any]] = field(default_factory=list)
-    kinds: Dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
-    record_seconds: float = 0.0
-    lost_allowed_max: int = 0
-    flush_delay_ms: Optional[Dict[str, float]] = None
-    commit_delay_ms: Optional[Dict[str, float]] = None
 
     @property
     def total_tried(self) -> int:
@@ -64,6 +58,18 @@ class CampaignResult:
         d["total_tried"] = self.total_tried
         d["total_passed"] = self.total_passed
         return d
+
+
+@dataclass
+class CampaignResult(CampaignTally):
+    distinct: int = 0
+    failures: List[Dict[str, Any]] = field(default_factory=list)
+    kinds: Dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    record_seconds: float = 0.0
+    lost_allowed_max: int = 0
+    flush_delay_ms: Optional[Dict[str, float]] = None
+    commit_delay_ms: Optional[Dict[str, float]] = None
 
 
 def check_states(rec: Recording, keys: Sequence[StateKey], workdir: Path,

@@ -20,7 +20,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 from waldio import crash
 
@@ -172,7 +172,7 @@ def _log(quiet: bool):
 def main(args: argparse.Namespace) -> int:
     if args.real:
         from .real.cli import main as real_main
-        return real_main(args)
+        return real_main(args, _log(args.quiet), finish)
     if args.replay:
         ok, text = crash.replay(args.replay, out_root=args.out, keep=args.keep)
         print(text)
@@ -265,10 +265,16 @@ def main(args: argparse.Namespace) -> int:
                 print("FUZZ FAILURE: exit %s, artifacts %s in %s\n%s"
                       % (fz["exit"], fz["artifacts"], fz["workdir"], fz["tail"]))
     report["seconds"] = round(time.monotonic() - t0, 1)
-    print(format_table(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1, default=str))
+    return finish(report, failed, args.json, format_table)
+
+
+def finish(report: Dict[str, Any], failed: bool, json_path: Optional[Path],
+           table: Callable[[Dict[str, Any]], str]) -> int:
+    """Print the table, write the JSON report; the exit status."""
+    print(table(report))
+    if json_path:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=1, default=str))
     return 1 if failed else 0
 
 

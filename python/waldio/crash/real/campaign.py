@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..campaign import CampaignTally
 from ..database import state_dir_base
 from ..states import write_sparse
 from .check import RealResult, StateChecker
@@ -34,16 +35,8 @@ Progress = Callable[[int, int], None]
 
 
 @dataclass
-class RealCampaignResult:
-    mode: str
-    workload: str
-    control: bool
-    seed: int
-    txns: int
-    rec_dir: str
-    summary: Dict[str, Any]
-    tried: Dict[str, int] = field(default_factory=dict)
-    passed: Dict[str, int] = field(default_factory=dict)
+class RealCampaignResult(CampaignTally):
+    control: bool = False
     distinct_images: int = 0
     failures: List[Dict[str, Any]] = field(default_factory=list)
     losing_states: int = 0              # states missing acknowledged transactions
@@ -51,30 +44,23 @@ class RealCampaignResult:
     loss_ages_ms: List[float] = field(default_factory=list)
     outside_model: Dict[str, int] = field(default_factory=dict)   # findings by kind
     states_outside_model: int = 0
+    outside_states_by_kind: Dict[str, int] = field(default_factory=dict)   # by state kind
     outside_examples: List[Dict[str, str]] = field(default_factory=list)
     fsck_complaints: int = 0
     fs_torn: int = 0                    # torn states that damaged ext4 itself
     unjudged: int = 0                   # ... so badly that it does not mount
     fs_torn_examples: List[Dict[str, str]] = field(default_factory=list)
+    ack_to_durable_ms: Optional[Dict[str, Any]] = None
     record_seconds: float = 0.0
     check_seconds: float = 0.0
-
-    @property
-    def total_tried(self) -> int:
-        return sum(self.tried.values())
-
-    @property
-    def total_passed(self) -> int:
-        return sum(self.passed.values())
 
     @property
     def states_per_minute(self) -> float:
         return 60.0 * self.total_tried / self.check_seconds if self.check_seconds else 0.0
 
     def to_json(self) -> Dict[str, Any]:
-        d = dict(self.__dict__)
-        d.update(total_tried=self.total_tried, total_passed=self.total_passed,
-                 states_per_minute=round(self.states_per_minute, 1),
+        d = super().to_json()
+        d.update(states_per_minute=round(self.states_per_minute, 1),
                  loss_age_ms=age_summary(self.loss_ages_ms))
         return d
 
@@ -174,8 +160,8 @@ def run_real_campaign(run: RealRun, *, states: int, seed: int, txns: int,
         % (run.name, rec.n, rec.n_acked, len(keys)))
     t1 = time.monotonic()
     raw = check_keys(rec_dir, keys, jobs=jobs, cross_check=cross_check, progress=progress)
-    res = RealCampaignResult(run.mode, run.workload, run.control, seed, txns, str(rec_dir),
-                             rec.summary(), record_seconds=round(t_rec, 1),
+    res = RealCampaignResult(run.mode, run.workload, seed, txns, str(rec_dir), rec.summary(),
+                             control=run.control, record_seconds=round(t_rec, 1),
                              check_seconds=round(time.monotonic() - t1, 1))
     summarize(res, rec, [RealResult(**r) for r in raw], out_root)
     return res
@@ -200,7 +186,9 @@ def summarize(res: RealCampaignResult, rec: RealRecording, results: List[RealRes
             if len(res.fs_torn_examples) < 3:
                 res.fs_torn_examples.append({"id": rec.state_id(r.key), "reason": r.reason,
                                              "fsck": "; ".join(r.fsck)})
-        res.states_outside_model += int(bool(r.outside_model))
+        if r.outside_model:
+            res.states_outside_model += 1
+            res.outside_states_by_kind[kind] = res.outside_states_by_kind.get(kind, 0) + 1
         for f in r.outside_model:
             k = f.split(":")[0]
             k = k if k in FINDING_KINDS else "other"
@@ -216,6 +204,36 @@ def summarize(res: RealCampaignResult, rec: RealRecording, results: List[RealRes
                 fail["artifact"] = str(keep_artifact(rec, RealKey.parse(r.key), out_root, fail))
             res.failures.append(fail)
     res.distinct_images = len(images)
+    res.ack_to_durable_ms = ack_to_durable(rec, results)
+
+
+def ack_to_durable(rec: RealRecording, results: List[RealResult]) -> Optional[Dict[str, Any]]:
+    """From the checked flush points: for each acknowledged transaction, the
+    time from its acknowledgement to the first flush point whose state holds
+    it (the device made it durable there): how long an acknowledged commit
+    was exposed to a power loss. exact: every flush point was checked (else
+    a commit may have been durable at an unchecked, earlier one)."""
+    flushes = sorted((RealKey.parse(r.key).cut, r.k) for r in results
+                     if r.key.startswith("real:flush:") and r.k is not None)
+    if not flushes:
+        return None
+    cuts = [c for c, _k in flushes]
+    ks = [k for _c, k in flushes]
+    exposed: List[float] = []
+    before = never = 0
+    for g, t_ack in sorted(rec.ack_time.items()):
+        i = next((j for j, k in enumerate(ks) if k >= g), None)
+        if i is None:
+            never += 1
+            continue
+        ms = (rec.log.record(cuts[i]).t_ns - t_ack) / 1e6
+        if ms <= 0:
+            before += 1
+        else:
+            exposed.append(ms)
+    return {"commits": len(rec.ack_time), "durable_before_ack": before,
+            "never_durable": never, "exact": len(cuts) == len(StateSpace(rec).flush_points()),
+            "after_ack": age_summary(exposed)}
 
 
 def acked_list(rec: RealRecording) -> List[Dict[str, Any]]:

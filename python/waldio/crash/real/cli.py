@@ -9,24 +9,28 @@ registered by :mod:`..cli`; this module runs them and prints the results).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..recorder import RecordingError
 from . import machine, plan
 from .campaign import replay, run_real_campaign
 
 
-def main(args: argparse.Namespace) -> int:
+Finish = Callable[[Dict[str, Any], bool, Optional[Path], Callable[[Dict[str, Any]], str]], int]
+
+
+def main(args: argparse.Namespace, log: Callable[[str], None], finish: Finish) -> int:
+    """Run the selected rows of the table; finish (crash/cli.py) prints the
+    table and writes the JSON report."""
     reason = machine.unavailable_reason()
     if reason:
         print("waldio crash --real: cannot run here: %s" % reason, file=sys.stderr)
         return 2
-    log = _log(args.quiet)
     if args.replay:
         ok, text = replay(args.replay, out_root=args.out, keep=args.keep, log=log)
         print(text)
@@ -74,18 +78,7 @@ def main(args: argparse.Namespace) -> int:
             print("CONTROL %s lost no acknowledged transaction in %d states: the method would "
                   "not see a loss (check more states)" % (run.name, res.total_tried))
     report["seconds"] = round(time.monotonic() - t0, 1)
-    print(format_table(report))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1, default=str))
-    return 1 if failed else 0
-
-
-def _log(quiet: bool) -> Callable[[str], None]:
-    def log(s: str) -> None:
-        if not quiet:
-            print(s, file=sys.stderr, flush=True)
-    return log
+    return finish(report, failed, args.json, format_table)
 
 
 @contextmanager
@@ -128,6 +121,16 @@ def format_table(report: Dict[str, Any]) -> str:
             name, r["workload"], r["total_tried"], r["total_passed"], len(r["failures"]),
             r["losing_states"], r["max_lost"], r["states_outside_model"], r["distinct_images"],
             r["states_per_minute"]))
+        dur = r.get("ack_to_durable_ms")
+        if dur:
+            after = dur["after_ack"]
+            lines.append("%-30s acknowledged -> durable (flush points%s): %d of %d before the "
+                         "acknowledgement%s%s" % (
+                             "", "" if dur["exact"] else ", sampled", dur["durable_before_ack"],
+                             dur["commits"],
+                             "; after it: median %.1f ms, p90 %.1f ms, max %.1f ms"
+                             % (after["median"], after["p90"], after["max"]) if after else "",
+                             "; %d never" % dur["never_durable"] if dur["never_durable"] else ""))
         ages = r.get("loss_age_ms")
         if ages:
             lines.append("%-30s oldest lost acknowledgement at the crash: median %.1f ms, "
@@ -138,8 +141,9 @@ def format_table(report: Dict[str, Any]) -> str:
                          "(not failures of the database; e.g. %s)"
                          % ("", r["fs_torn"], r["unjudged"], r["fs_torn_examples"][0]["id"]))
         if r["outside_model"]:
-            lines.append("%-30s outside the model (findings by kind): %s" % (
-                "", ", ".join("%s %d" % kv for kv in sorted(r["outside_model"].items()))))
+            lines.append("%-30s outside the model: findings %s; in states %s" % (
+                "", ", ".join("%s %d" % kv for kv in sorted(r["outside_model"].items())),
+                ", ".join("%s %d" % kv for kv in sorted(r["outside_states_by_kind"].items()))))
     total = sum(r.get("total_tried", 0) for r in report["runs"])
     lines.append("%d states in %.1f s (%s, kernel %s)" % (total, report.get("seconds", 0),
                                                           "lossy: states missing acknowledged "

@@ -79,6 +79,7 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
     t0 = time.monotonic()
+    load_before = os.getloadavg()
     size = run.image_mb << 20
     base = out_dir / BASE_IMAGE
     image = out_dir / "image.img"
@@ -113,7 +114,8 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
         "txns": txns, "image_bytes": size, "mkfs": " ".join(machine.MKFS_OPTIONS),
         "mount": machine.MOUNT_OPTIONS, "loop_direct_io": loop_direct_io,
         "kernel": machine.kernel(), "records": len(blocks),
-        "replays_to_image": True, "seconds": round(time.monotonic() - t0, 1)}
+        "replays_to_image": True, "seconds": round(time.monotonic() - t0, 1),
+        "loadavg_1min": [round(load_before[0], 2), round(os.getloadavg()[0], 2)]}
     (out_dir / META).write_text(json.dumps(meta, indent=1))
     return out_dir
 
