@@ -267,12 +267,12 @@ class ModelCheck:
                 continue
             piece = _piece(it, a, b)
             old = base[a:b].ljust(b - a, b"\0")
-            if piece is None or piece == old:
+            if piece is None or piece == old or any(_piece(w, a, b) is not None for w in later):
                 continue                          # this sector tells nothing
             got = real[a:b]
             if got == piece:
                 new_secs += 1
-            elif got == old and not any(_piece(w, a, b) is not None for w in later):
+            elif got == old:
                 old_secs += 1
         if new_secs and old_secs:
             return "partly on disk: %d sectors new, %d old" % (new_secs, old_secs)
