@@ -87,7 +87,8 @@ def mark(ctl: Any, name: str, value: int) -> None:
 
 def make_base_durable(live: Path, ctl: Any) -> None:
     """On the real kernel: the base database is durable before the run (a
-    syncfs of its file system), and the block log marks where the run begins."""
+    syncfs of its file system), and the block log marks where the run begins
+    (after the marks of what the base already holds)."""
     if not os.environ.get(BLOCK_CTL_ENV):
         return
     fd = os.open(live, os.O_RDONLY)
@@ -188,14 +189,17 @@ def role_record(args: Dict[str, Any]) -> None:
             continue
         shutil.copyfile(p, out / "base" / p.name)
         base_files.append(p.name)
-    make_base_durable(live, ctl)
     ctl.execute("SELECT recorder_start(?)", (str(out / "events.bin"),)).fetchall()
-    procs_report: Dict[str, Any] = {}
+    # Acknowledged (and durable) before the recording: in the base. The
+    # largest first, so that every crash point requires them all.
     if multi:
-        # Acknowledged (and durable) before the recording: in the base.
-        # The largest first, so that every crash point requires them all.
         for g, w, n in sorted(done, reverse=True):
             mark(ctl, mark_name("ack", w, n), g)
+    elif done_before:
+        mark(ctl, "ack", done_before)
+    make_base_durable(live, ctl)
+    procs_report: Dict[str, Any] = {}
+    if multi:
         if args["workload"] == "fork":
             procs_report = procs.run_fork(mode, db, args["seed"], args["txns"], vfs, skip, out)
         else:
@@ -204,10 +208,6 @@ def role_record(args: Dict[str, Any]) -> None:
                 mode, args["workload"], args["seed"], args["txns"], db, out / "events.bin", skip,
                 env_for=lambda i: child_env({"WALDIO_RECORDER_SEED": str(seed * 100 + i + 1)}))
     else:
-        if done_before:
-            # Acknowledged (and durable) before the recording: in the base.
-            mark(ctl, "ack", done_before)
-
         pace = random.Random("pace:%d" % args["seed"])
 
         def ack(n: int) -> None:

@@ -211,17 +211,19 @@ def ack_to_durable(rec: RealRecording, results: List[RealResult]) -> Optional[Di
     """From the checked flush points: for each acknowledged transaction, the
     time from its acknowledgement to the first flush point whose state holds
     it (the device made it durable there): how long an acknowledged commit
-    was exposed to a power loss. exact: every flush point was checked (else
-    a commit may have been durable at an unchecked, earlier one)."""
+    was exposed to a power loss. Only when every flush point was checked
+    (else a commit may have been durable at an unchecked, earlier one)."""
     flushes = sorted((RealKey.parse(r.key).cut, r.k) for r in results
                      if r.key.startswith("real:flush:") and r.k is not None)
-    if not flushes:
+    if not flushes or len(flushes) != len(StateSpace(rec).flush_points()):
         return None
     cuts = [c for c, _k in flushes]
     ks = [k for _c, k in flushes]
     exposed: List[float] = []
     before = never = 0
-    for g, t_ack in sorted(rec.ack_time.items()):
+    run_acks = {m.g: rec.log.record(m.seq).t_ns for m in rec.marks
+                if m.kind in ("ack", "ack-async") and m.seq > rec.start}
+    for g, t_ack in sorted(run_acks.items()):
         i = next((j for j, k in enumerate(ks) if k >= g), None)
         if i is None:
             never += 1
@@ -231,9 +233,8 @@ def ack_to_durable(rec: RealRecording, results: List[RealResult]) -> Optional[Di
             before += 1
         else:
             exposed.append(ms)
-    return {"commits": len(rec.ack_time), "durable_before_ack": before,
-            "never_durable": never, "exact": len(cuts) == len(StateSpace(rec).flush_points()),
-            "after_ack": age_summary(exposed)}
+    return {"commits": len(run_acks), "durable_before_ack": before,
+            "never_durable": never, "after_ack": age_summary(exposed)}
 
 
 def acked_list(rec: RealRecording) -> List[Dict[str, Any]]:

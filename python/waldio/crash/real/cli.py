@@ -124,10 +124,9 @@ def format_table(report: Dict[str, Any]) -> str:
         dur = r.get("ack_to_durable_ms")
         if dur:
             after = dur["after_ack"]
-            lines.append("%-30s acknowledged -> durable (flush points%s): %d of %d before the "
-                         "acknowledgement%s%s" % (
-                             "", "" if dur["exact"] else ", sampled", dur["durable_before_ack"],
-                             dur["commits"],
+            lines.append("%-30s acknowledged -> durable (every flush point): %d of %d before "
+                         "the acknowledgement%s%s" % (
+                             "", dur["durable_before_ack"], dur["commits"],
                              "; after it: median %.1f ms, p90 %.1f ms, max %.1f ms"
                              % (after["median"], after["p90"], after["max"]) if after else "",
                              "; %d never" % dur["never_durable"] if dur["never_durable"] else ""))

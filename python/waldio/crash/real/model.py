@@ -126,10 +126,12 @@ class ModelCheck:
             findings: List[str] = []
             for name, data in sorted(real.items()):
                 ino = ns[name]
-                base = bytes(durable.data.get(ino, b""))
-                cands = [it for it in volatile if it.ino == ino and not it.ns]
-                flying = [it for it in in_flight if it.ino == ino]
-                findings += self._content(name, data, base, cands, flying)
+                findings += self._content(
+                    name, data, FileWindow(
+                        bytes(self.base.data.get(ino, b"")), bytes(durable.data.get(ino, b"")),
+                        [it for it in window if it.ino == ino and not it.ns],
+                        {id(it) for it in volatile},
+                        [it for it in in_flight if it.ino == ino]))
             if best is None or len(findings) < len(best):
                 best = findings
             if not findings:
@@ -162,33 +164,29 @@ class ModelCheck:
         return out
 
     # ---- content
-    def _content(self, name: str, real: bytes, base: bytes, cands: List[Item],
-                 flying: List[Item]) -> List[str]:
+    def _content(self, name: str, real: bytes, fw: "FileWindow") -> List[str]:
         findings: List[str] = []
-        lengths = {len(base)}
-        for it in cands + flying:
+        durable = fw.durable
+        lengths = {len(durable)}
+        for it in fw.candidates:
             a, b = _span(it)
             if it.op == W or (it.op == FA and not it.mode & FALLOC_KEEP_SIZE):
-                lengths |= {b, max(b, len(base))}
+                lengths |= {b, max(b, len(durable))}
             if it.op == T:
                 lengths.add(it.length)
         if len(real) not in lengths:
             findings.append("length: %s is %d bytes; the model allows %s"
                             % (name, len(real), sorted(lengths)[:8]))
-        writers = sorted(cands + flying, key=lambda it: it.idx)
-        spans = [_span(it) for it in writers]
         unexplained: List[Tuple[int, int]] = []
         n = len(real)
         for blk in range(0, n, BLOCK):
             hi = min(n, blk + BLOCK)
             got = real[blk:hi]
-            old = base[blk:hi].ljust(hi - blk, b"\0")
-            if got == old:
+            if got == durable[blk:hi].ljust(hi - blk, b"\0"):
                 continue
-            touching = [it for it, (a, b) in zip(writers, spans) if a < hi and b > blk]
-            if self._block_explained(got, old, blk, hi, touching):
+            if fw.block_explained(got, blk, hi):
                 continue
-            bad = self._bytes_unexplained(got, old, blk, touching)
+            bad = fw.bytes_unexplained(got, blk)
             if bad:
                 unexplained.append((blk + bad[0], blk + bad[-1] + 1))
         if unexplained:
@@ -196,80 +194,115 @@ class ModelCheck:
             a, b = unexplained[0]
             findings.append("unexplained: %s: %d bytes in %d blocks match no content the model "
                             "allows (first at %d..%d: durable there %s, found %s)"
-                            % (name, total, len(unexplained), a, b, _show(base[a:b]),
+                            % (name, total, len(unexplained), a, b, _show(durable[a:b]),
                                _show(real[a:b])))
-        flying_ids = {id(it) for it in flying}
-        for it in cands:
-            if it.op == W and id(it) not in flying_ids and it.length > SECTOR:
-                part = self._partial(it, real, base, writers)
+        flying = {id(it) for it in fw.flying}
+        for it in fw.candidates:
+            if it.op == W and id(it) not in flying and it.length > SECTOR:
+                part = fw.partial(it, real)
                 if part:
                     findings.append("partial: %s: %s %s" % (name, it.describe(), part))
         return findings
 
-    @staticmethod
-    def _block_explained(got: bytes, old: bytes, blk: int, hi: int, touching: List[Item]) -> bool:
-        """Fast paths: the block as every touching call left it, or as one."""
-        if not touching:
-            return False
-        allb = bytearray(old)
-        for it in touching:
-            piece = _piece(it, blk, hi)
-            a = max(blk, it.off)
+
+class FileWindow:
+    """One file at one crash moment, as the model sees it: its content at the
+    frontier (every earlier item durable), the items of the window in order
+    (durable ones and candidates: volatile or in flight), and its durable
+    content. A candidate's bytes count only where no later durable item
+    wrote over them (the model applies items in order: a dropped or kept
+    older write is hidden under a newer durable one)."""
+
+    def __init__(self, frontier: bytes, durable: bytes, window: List[Item],
+                 volatile_ids: set, flying: List[Item]) -> None:
+        self.frontier = frontier
+        self.durable = durable
+        self.flying = flying
+        self.window = sorted(window + flying, key=lambda it: it.idx)
+        vol = volatile_ids | {id(it) for it in flying}
+        self.is_candidate = {id(it): id(it) in vol for it in self.window}
+        self.candidates = [it for it in self.window if self.is_candidate[id(it)]]
+        self.spans = [_span(it) for it in self.window]
+
+    def _touching(self, lo: int, hi: int) -> List[Item]:
+        return [it for it, (a, b) in zip(self.window, self.spans)
+                if (a < hi and b > lo) or (it.op == T and it.length < hi)]
+
+    def _compose(self, lo: int, hi: int, items: List[Item]) -> bytes:
+        out = bytearray(self.frontier[lo:hi].ljust(hi - lo, b"\0"))
+        for it in items:
+            piece = _piece(it, lo, hi)
             if piece is not None:
-                allb[a - blk:a - blk + len(piece)] = piece
+                a = max(lo, it.off) - lo
+                out[a:a + len(piece)] = piece
             elif it.op == T and it.length < hi:
-                cut = max(0, it.length - blk)
-                allb[cut:] = bytes(len(allb) - cut)
-        if bytes(allb) == got:
+                cut = max(0, it.length - lo)
+                out[cut:] = bytes(len(out) - cut)
+        return bytes(out)
+
+    def block_explained(self, got: bytes, lo: int, hi: int) -> bool:
+        """Fast paths: the block with every candidate kept, or with one."""
+        touching = self._touching(lo, hi)
+        if not any(self.is_candidate[id(it)] for it in touching):
+            return False
+        if self._compose(lo, hi, touching) == got:
             return True
-        for it in touching:
-            one = bytearray(old)
-            piece = _piece(it, blk, hi)
-            if piece is None:
-                continue
-            a = max(blk, it.off) - blk
-            one[a:a + len(piece)] = piece
-            if bytes(one) == got:
-                return True
+        durable = [it for it in touching if not self.is_candidate[id(it)]]
+        for c in touching:
+            if self.is_candidate[id(c)]:
+                one = sorted(durable + [c], key=lambda it: it.idx)
+                if self._compose(lo, hi, one) == got:
+                    return True
         return False
 
-    @staticmethod
-    def _bytes_unexplained(got: bytes, old: bytes, blk: int, touching: List[Item]) -> List[int]:
-        """Byte offsets (in the block) that neither the durable content nor
-        any touching call explains."""
+    def bytes_unexplained(self, got: bytes, lo: int) -> List[int]:
+        """Offsets (in the block) that neither the durable content nor any
+        candidate's visible bytes explain."""
+        hi = lo + len(got)
+        touching = self._touching(lo, hi)
         pieces = []
-        for it in touching:
-            a = max(blk, it.off)
-            piece = _piece(it, a, blk + len(got))
-            if piece is not None:
-                pieces.append((a - blk, piece))
-            elif it.op == T:
-                cut = max(0, it.length - blk)
-                pieces.append((cut, bytes(len(got) - cut)))
+        for i, c in enumerate(touching):
+            if not self.is_candidate[id(c)]:
+                continue
+            if c.op == T:                         # zeros past the new end
+                start = max(0, c.length - lo)
+                piece = bytes(len(got) - start)
+            else:
+                start = max(lo, c.off) - lo
+                piece = _piece(c, lo, hi)
+                if piece is None:
+                    continue
+            hidden = [_span(d) for d in touching[i + 1:] if not self.is_candidate[id(d)]]
+            pieces.append((start, piece, hidden))
+        old = self.durable[lo:hi].ljust(hi - lo, b"\0")
         bad = []
         for i, (g, o) in enumerate(zip(got, old)):
             if g == o:
                 continue
-            if not any(a <= i < a + len(pc) and pc[i - a] == g for a, pc in pieces):
+            if not any(a <= i < a + len(pc) and pc[i - a] == g
+                       and not any(x <= lo + i < y for x, y in hidden)
+                       for a, pc, hidden in pieces):
                 bad.append(i)
         return bad
 
-    @staticmethod
-    def _partial(it: Item, real: bytes, base: bytes, writers: List[Item]) -> str:
-        """"n of m sectors" if the write's new bytes are on disk in some
-        sectors and absent (old bytes, no later call explaining them) in
-        others; "" if it is whole or absent."""
-        later = [w for w in writers if w.idx > it.idx]
+    def partial(self, it: Item, real: bytes) -> str:
+        """"n sectors new, m old" if the write's bytes are on disk in some
+        sectors and absent in others (sectors a later item also wrote tell
+        nothing); "" if it is whole or absent."""
+        later = [(w.length, 1 << 62) if w.op == T else _span(w)
+                 for w in self.window if w.idx > it.idx]
         new_secs = old_secs = 0
         for s in range(it.off // SECTOR, (it.off + it.length - 1) // SECTOR + 1):
             a, b = max(it.off, s * SECTOR), min(it.off + it.length, (s + 1) * SECTOR)
             if b > len(real):
                 continue
-            piece = _piece(it, a, b)
-            old = base[a:b].ljust(b - a, b"\0")
-            if piece is None or piece == old or any(_piece(w, a, b) is not None for w in later):
-                continue                          # this sector tells nothing
-            got = real[a:b]
+            # Only the bytes no later item wrote tell whether this one landed.
+            visible = _subtract(a, b, later)
+            piece = b"".join(_piece(it, x, y) or b"" for x, y in visible)
+            old = b"".join(self.durable[x:y].ljust(y - x, b"\0") for x, y in visible)
+            if not visible or piece == old:
+                continue
+            got = b"".join(real[x:y] for x, y in visible)
             if got == piece:
                 new_secs += 1
             elif got == old:
@@ -277,6 +310,23 @@ class ModelCheck:
         if new_secs and old_secs:
             return "partly on disk: %d sectors new, %d old" % (new_secs, old_secs)
         return ""
+
+
+def _subtract(a: int, b: int, spans: List[Tuple[int, int]]) -> List[Tuple[int, int]]:
+    """[a, b) without the given spans, as ranges."""
+    out = [(a, b)]
+    for x, y in spans:
+        nxt = []
+        for p, q in out:
+            if y <= p or x >= q:
+                nxt.append((p, q))
+                continue
+            if p < x:
+                nxt.append((p, x))
+            if y < q:
+                nxt.append((y, q))
+        out = nxt
+    return out
 
 
 def _show(b: bytes) -> str:
