@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict
 
 from ..recorder import BLOCK_CTL_ENV, RecordingError, record
+from ..states import write_sparse
 from . import blocklog, machine
 from .plan import RealRun
 
@@ -83,7 +84,8 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
     size = run.image_mb << 20
     base = out_dir / BASE_IMAGE
     image = out_dir / "image.img"
-    machine.mkfs(base, size)
+    machine.mkfs(image, size)
+    write_sparse(base, image.read_bytes())     # mkfs writes zeros: keep them as holes
     copy_sparse(base, image)
     fuse_dir, mnt = out_dir / "fuse", out_dir / "mnt"
     log("recording %s on ext4 over the block recorder (%d transactions, seed %d) ..."
