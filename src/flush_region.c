@@ -39,14 +39,20 @@
 static u64 load64(volatile u64 *p){ return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static u32 load32(volatile u32 *p){ return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 
-static i64 now_ms(void){
+static i64 now_us(void){
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (i64)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+  return (i64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
 int flush_region_attach(volatile flush_region *r, const char *zPath){
   u32 zero = 0;
+  /* A ticket for what the log already holds: a process that died may have
+  ** left frames in the page cache (a NORMAL commit, a group commit not yet
+  ** flushed), and a fresh region would call them durable (F5). The first
+  ** wait or checkpoint sync then flushes them; taken before the claim, so
+  ** nobody sees a claimed region without it. */
+  __atomic_add_fetch(&r->written, 1, __ATOMIC_SEQ_CST);
   if( __atomic_compare_exchange_n(&r->magic, &zero, FLUSH_REGION_MAGIC, 0,
                                   __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
    || zero==FLUSH_REGION_MAGIC ){
@@ -115,12 +121,6 @@ void flush_region_writing(volatile flush_region *r, int on){
   __atomic_store_n(&r->writing, (u32)on, __ATOMIC_SEQ_CST);
 }
 
-static i64 now_us(void){
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (i64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* Before it reads `written`, a leader lets the commits under way join its
 ** flush: while a connection holds SQLite's WAL write lock or waits for it,
 ** a ticket is a few microseconds away, and each commit left out waits for
@@ -179,7 +179,9 @@ static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   int rc = SQLITE_BUSY;
   if( pthread_mutex_trylock(&pLog->leaderMutex) ) return SQLITE_BUSY;
   if( log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)==0 ){
+    __atomic_store_n(&r->leaderSince, (u64)now_us(), __ATOMIC_SEQ_CST);
     rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
+    __atomic_store_n(&r->leaderSince, 0, __ATOMIC_SEQ_CST);
     log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_LEADER, LOG_UNLOCKED);
   }
   pthread_mutex_unlock(&pLog->leaderMutex);
@@ -188,13 +190,13 @@ static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
 
 int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
                             void *arg, int ms){
-  i64 deadline = now_ms() + ms;
+  i64 deadline = now_us() + (i64)ms * 1000;
   int rc;
   for(;;){
     u32 seen = load32(&r->unlocks);
     i64 left;
     rc = xTry(arg);
-    if( rc!=SQLITE_BUSY || (left = deadline - now_ms())<=0 ) return rc;
+    if( rc!=SQLITE_BUSY || (left = (deadline - now_us()) / 1000)<=0 ) return rc;
     __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
     if( load32(&r->unlocks)==seen ){
       struct timespec ts = { 0, (left<WAIT_SLICE_MS ? left : WAIT_SLICE_MS) * 1000000L };
@@ -218,32 +220,26 @@ static void sleep_on(volatile u32 *w, u32 seen){
   syscall(SYS_futex, (u32*)w, FUTEX_WAIT, seen, &ts, 0, 0);
 }
 
+/* F4: the leader has held its lock for longer than any flush should take
+** (a dead leader's lock is gone: the kernel released it). */
+static int leader_stuck(volatile flush_region *r){
+  u64 since = load64(&r->leaderSince);
+  return since && now_us() - (i64)since>=(i64)STUCK_MS * 1000;
+}
+
 int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   volatile u32 *w = wake_word(r, ticket);
-  u64 seenDurable;
   u32 seen;
-  i64 since;
   int rc;
   if( load64(&r->durable)>=ticket ) return SQLITE_OK;
   log_count_group_wait(pLog);
-  seenDurable = load64(&r->durable);
-  since = now_ms();
   for(;;){
     seen = load32(w);
     if( load64(&r->durable)>=ticket ) return SQLITE_OK;
     if( load32(&r->poison) ) return poisoned(pLog);
     rc = try_lead(pLog, r, ticket);
+    if( rc==SQLITE_BUSY && leader_stuck(r) ) rc = flush_for_all(pLog, r);
     if( rc!=SQLITE_BUSY ){
-      if( rc ) return rc;
-      continue;
-    }
-    if( load64(&r->durable)!=seenDurable ){   /* progress */
-      seenDurable = load64(&r->durable);
-      since = now_ms();
-    }else if( now_ms() - since>=STUCK_MS ){
-      /* F4: the leader is alive but stuck (stopped, or a flush that takes
-      ** this long): flush without it. */
-      rc = flush_for_all(pLog, r);
       if( rc ) return rc;
       continue;
     }

@@ -47,8 +47,9 @@
 **       process's autocheckpoint would flush again what a group flush
 **       just made durable.
 **   F4  Nobody waits forever. A dead leader's OFD lock is released by the
-**       kernel. A waiter that sees no flush finish for STUCK_MS flushes
-**       itself without the lock (the lock only spares redundant flushes).
+**       kernel. While a leader has held the lock for more than STUCK_MS
+**       (stopped, or in a flush that never returns), waiters flush for
+**       themselves without it (the lock only spares redundant flushes).
 **       fork() waits out a flush in progress (log_open.c), so no child
 **       inherits a held leader lock.
 */
@@ -76,13 +77,16 @@ typedef struct flush_region {
   u32 flushUs;         /* a moving average of the flushes' durations */
   u32 gathering;       /* a leader waits on `unlocks` too */
   u32 reserved;
+  u64 leaderSince;     /* CLOCK_MONOTONIC us when the leader took its lock;
+                       ** 0 while nobody leads (F4) */
   u64 written;         /* tickets handed out (F1) */
   u64 durable;         /* F2 */
   u64 flushes;         /* flushes made for waiters, all processes */
   u32 aWake[FLUSH_WAKE_SLOTS];   /* ticket t sleeps on aWake[t % SLOTS] */
 } flush_region;
 
-/* Check (and claim, when zeroed) a freshly mapped region. SQLITE_OK, or an
+/* Check (and claim, when zeroed) a region this connection just mapped,
+** taking a ticket for the frames already in the log. SQLITE_OK, or an
 ** error if it holds something else (a libwaldio without shared group
 ** commit uses the region for SQLite's wal-index). */
 int flush_region_attach(volatile flush_region *r, const char *zPath);

@@ -767,6 +767,12 @@ void log_get_stats(waldio_log *pLog, waldio_stats *pOut){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
+void log_count_group_commit(waldio_log *pLog){
+  pthread_mutex_lock(&pLog->mutex);
+  pLog->stats.group_commits++;
+  pthread_mutex_unlock(&pLog->mutex);
+}
+
 void log_count_group_write(waldio_log *pLog){
   pthread_mutex_lock(&pLog->mutex);
   pLog->stats.group_writes++;

@@ -93,9 +93,11 @@ typedef struct waldio_stats {
   u64 bytes_read;
   u64 buffered_writes;     /* writes through the page cache */
   u64 logical_truncates;
-  u64 group_commits;       /* commits appended to the group buffer */
-  u64 group_writes;        /* group writes (each: one write, maybe a flush) */
-  u64 group_waits;         /* durable commits that waited for a group write */
+  u64 group_commits;       /* group commits: appended to the group buffer
+                           ** (solo) or written and ticketed (shared) */
+  u64 group_writes;        /* group writes (solo: one write, maybe a flush)
+                           ** and shared flushes this process led */
+  u64 group_waits;         /* waits for a group write or shared flush */
 } waldio_stats;
 
 typedef struct waldio_log waldio_log;
@@ -282,6 +284,7 @@ int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
                           int *pFlushed);
 
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
+void log_count_group_commit(waldio_log *pLog);
 void log_count_group_write(waldio_log *pLog);
 void log_count_group_wait(waldio_log *pLog);
 void log_reset_stats(waldio_log *pLog);
