@@ -70,6 +70,7 @@ u64 flush_region_ticket(volatile flush_region *r){
 
 u64 flush_region_written(volatile flush_region *r){ return load64(&r->written); }
 
+
 /* Raise durable to at least upto (never lower it: flushes finish in any
 ** order). Returns the value it had. */
 static u64 raise_durable(volatile flush_region *r, u64 upto){
@@ -108,6 +109,14 @@ static void wake_all(volatile flush_region *r){
 void flush_region_covered(volatile flush_region *r, u64 upto){
   u64 was = raise_durable(r, upto);
   if( was<upto ) wake_durable(r, was, upto);
+}
+
+void flush_region_self_durable(volatile flush_region *r, u64 ticket){
+  u64 before = ticket - 1;
+  if( __atomic_compare_exchange_n(&r->durable, &before, ticket, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ){
+    wake_slot(r, ticket);
+  }
 }
 
 static int poisoned(waldio_log *pLog){

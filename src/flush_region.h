@@ -107,6 +107,10 @@ int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
                             void *arg, int ms);
 void flush_region_released(volatile flush_region *r);
 
+/* A ticket whose commit is durable by how it was written (O_DSYNC): it
+** counts as durable if every ticket before it is. */
+void flush_region_self_durable(volatile flush_region *r, u64 ticket);
+
 /* The last ticket handed out (what a reader's snapshot may contain). */
 u64 flush_region_written(volatile flush_region *r);
 

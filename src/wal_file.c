@@ -194,13 +194,16 @@ static int overwrite_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
 ** database). Failing to map the region fails the commit: a published
 ** commit without a ticket could be skipped by another process's
 ** checkpoint sync. */
-static int take_ticket(waldio_wal_file *p){
+static int take_ticket(waldio_wal_file *p, int selfDurable){
   volatile flush_region *pFlush;
   int rc = SQLITE_OK;
   p->ticket = 0;
   if( !p->pDb->shm0 ) return SQLITE_OK;
   pFlush = waldio_db_flush_region(p->pDb, &rc);
-  if( pFlush ) p->ticket = flush_region_ticket(pFlush);
+  if( pFlush ){
+    p->ticket = flush_region_ticket(pFlush);
+    if( selfDurable ) flush_region_self_durable(pFlush, p->ticket);
+  }
   return rc;
 }
 
@@ -222,7 +225,11 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
                        LOG_WRITE_FRAME, flags);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
   if( rc==SQLITE_OK && !direct ) note_buffered(p);
-  if( rc==SQLITE_OK && isCommit ) rc = take_ticket(p);
+  /* An O_DSYNC commit (persistent) with nothing left to sync is durable
+  ** as it stands: its ticket needs no flush. */
+  if( rc==SQLITE_OK && isCommit ){
+    rc = take_ticket(p, (flags & LOG_DSYNC) && !p->needsSync);
+  }
   if( isCommit ) p->spilled = 0;
   return rc;
 }

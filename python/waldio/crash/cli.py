@@ -215,6 +215,14 @@ def main(args: argparse.Namespace) -> int:
                 for f in k["failures"][:5]:
                     print("SIGKILL FAILURE %s round %d (acked %d): %s; files kept in %s"
                           % (m, f["round"], f["acked"], f["reason"], f["dir"]))
+            if args.kills and wl == "two-procs":
+                log("%s: %d kills of one of 4 committing processes ..." % (m, args.kills))
+                k = crash.run_proc_kills(m, args.kills, args.seed)
+                report["kills"].append(k)
+                failed |= bool(k["failures"]) and not crash.get_mode(m).testonly
+                for f in k["failures"][:5]:
+                    print("SIGKILL FAILURE %s (4 processes) round %d, writer %d killed: %s;"
+                          " files kept in %s" % (m, f["round"], f["victim"], f["reason"], f["dir"]))
     if args.corruptions:
         log("log corruption: %d cases per layout ..." % args.corruptions)
         c = crash.run_corruptions(args.corruptions, args.seed)
