@@ -59,6 +59,12 @@
 #endif
 #define WAL_WRITE_LOCK_SLOT 0
 #define WAL_READ_LOCK_FIRST 3     /* WAL_READ_LOCK(0) .. (4) */
+
+/* SQLite's default busy handler sleeps 1, 2, 5, 10 ... ms and counts the
+** nominal times against the busy timeout. Only its first two sleeps are
+** cut short (waldio_busy_sleep): a connection can then lose at most 3 ms
+** of its timeout to early wake-ups. */
+#define BUSY_SLEEP_MAX_US 2000
 #define SHM_MXFRAME   16
 #define SHM_NBACKFILL 96
 
@@ -156,6 +162,12 @@ static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
 ** unless it is on that list. */
 static __thread waldio_db_file *t_lastDb;
 
+/* The connection of this thread whose group-mode write lock attempt just
+** failed (busy, or granted on a stale snapshot and given back unused):
+** SQLite's busy handler is about to sleep (waldio_busy_sleep). Compared
+** with the open files, never dereferenced otherwise. */
+static __thread waldio_db_file *t_lockMiss;
+
 static void db_list_add(waldio_db_file *p){
   waldio_vfs *v = p->pVfs;
   pthread_mutex_lock(&v->dbMutex);
@@ -173,6 +185,7 @@ static void db_list_remove(waldio_db_file *p){
   }
   pthread_mutex_unlock(&v->dbMutex);
   if( t_lastDb==p ) t_lastDb = 0;
+  if( t_lockMiss==p ) t_lockMiss = 0;
 }
 
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal){
@@ -187,6 +200,20 @@ waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal){
   pthread_mutex_unlock(&v->dbMutex);
   if( pFound && pFound!=t_lastDb && nFree>1 ) pFound = 0;   /* ambiguous */
   return pFound;
+}
+
+int waldio_busy_sleep(waldio_vfs *v, int us){
+  waldio_db_file *p;
+  int found = 0;
+  if( !t_lockMiss || us>BUSY_SLEEP_MAX_US ) return 0;
+  pthread_mutex_lock(&v->dbMutex);
+  for(p=v->pDbList; p && !found; p=p->pNextDb) found = p==t_lockMiss;
+  if( found && t_lockMiss->pFlush ){
+    flush_region_await_writer(t_lockMiss->pFlush, us);
+  }
+  pthread_mutex_unlock(&v->dbMutex);
+  t_lockMiss = 0;
+  return found;
 }
 
 static int dbClose(sqlite3_file *f){
@@ -460,17 +487,20 @@ static int lock_waits_for_writer(waldio_db_file *p, int ofst, int n, int flags){
 static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   waldio_db_file *p = D(f);
   shm_lock_call call;
-  int rc;
+  int rc, waits;
   sqlite3_file *h = shm_host(p, &rc);
   if( !h ) return rc;
   call.h = h; call.ofst = ofst; call.n = n; call.flags = flags;
-  if( lock_waits_for_writer(p, ofst, n, flags) ){
+  waits = lock_waits_for_writer(p, ofst, n, flags);
+  if( waits ){
     rc = flush_region_lock_write(p->pFlush, try_shm_lock, &call,
                                  WRITE_LOCK_WAIT_MS);
   }else{
     rc = try_shm_lock(&call);
   }
+  if( waits && rc==SQLITE_BUSY ) t_lockMiss = p;
   if( rc==SQLITE_OK && p->pWal && is_read_lock(ofst, n, flags) ){
+    if( t_lockMiss==p ) t_lockMiss = 0;
     rc = wait_until_visible_is_durable(p);
     if( rc ) h->pMethods->xShmLock(h, ofst, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
     return rc;
@@ -481,6 +511,9 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
       if( p->holdsWriteLock && p->pFlush ){
         flush_region_writing(p->pFlush, 0);
         flush_region_released(p->pFlush);
+        /* Given back without a write: a stale snapshot (SQLITE_BUSY_
+        ** SNAPSHOT), and the busy handler sleeps next. */
+        if( p->pWal && !p->pWal->wroteUnderLock ) t_lockMiss = p;
       }
       p->holdsWriteLock = 0;
       if( p->pWal ){
@@ -489,6 +522,8 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
       }
     }else if( flags & SQLITE_SHM_EXCLUSIVE ){
       p->holdsWriteLock = 1;
+      if( p->pWal ) p->pWal->wroteUnderLock = 0;
+      if( t_lockMiss==p ) t_lockMiss = 0;
       if( p->pFlush ) flush_region_writing(p->pFlush, 1);
     }
   }

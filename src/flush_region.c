@@ -215,6 +215,17 @@ int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
   }
 }
 
+void flush_region_await_writer(volatile flush_region *r, int us){
+  u32 seen = load32(&r->unlocks);
+  struct timespec ts = { 0, (long)us * 1000L };
+  if( !load32(&r->writing) ) return;
+  __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
+  if( load32(&r->unlocks)==seen && load32(&r->writing) ){
+    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+  }
+  __atomic_sub_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
+}
+
 void flush_region_released(volatile flush_region *r){
   __atomic_add_fetch(&r->unlocks, 1, __ATOMIC_SEQ_CST);
   if( load32(&r->gathering) ){

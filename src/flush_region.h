@@ -106,6 +106,9 @@ void flush_region_writing(volatile flush_region *r, int on);
 int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
                             void *arg, int ms);
 void flush_region_released(volatile flush_region *r);
+/* Return at once if nobody holds the WAL write lock, else when a waldio
+** connection releases it, or after us microseconds. */
+void flush_region_await_writer(volatile flush_region *r, int us);
 
 /* A ticket whose commit is durable by how it was written (O_DSYNC): it
 ** counts as durable if every ticket before it is. */

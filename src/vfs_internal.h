@@ -90,6 +90,7 @@ struct waldio_wal_file {
   u64 ticket;                /* the last commit's flush_region ticket */
   int commitShared;          /* commitSeq is a flush_region ticket */
   u64 commitWriteSeq;        /* ... and the log's writeSeq after its write */
+  int wroteUnderLock;        /* a write since the WAL write lock was taken */
   int inCommit;              /* group mode: between the commit frame and the
                              ** commit's publication (its xSync is skipped) */
   int closeClean;            /* fully checkpointed at close: mark empty */
@@ -122,6 +123,11 @@ int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
 ** the application may see the commit. */
 int waldio_wal_barrier(waldio_wal_file *p);
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
+
+/* xSleep, as SQLite's busy handler calls it right after this thread's
+** group-mode write lock attempt failed: sleep until the WAL write lock is
+** released instead (at most us), and return 1; else 0 (sleep normally). */
+int waldio_busy_sleep(waldio_vfs *v, int us);
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);

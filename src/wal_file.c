@@ -360,6 +360,7 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   }
   rc = log_begin_write(p->pLog, shm_of(p));
   if( rc ) return rc;
+  p->wroteUnderLock = 1;
   p->pDb->leavingWal = 0;       /* still in WAL mode: a switch out failed */
   if( iOfst==0 && iAmt==WAL_HDR_BYTES ){
     p->inCommit = 0;
