@@ -157,6 +157,20 @@ for _base in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns"):
               durability=_b.durability))
 
 
+# Strict durable group commit (issue 18): as -durable, and no reader, in any process,
+# sees a commit before the flush that covers it completed.  Only for the bases whose
+# commits are durable (a strict NORMAL would wait for a flush NORMAL never promises).
+for _base in ("waldio-full", "waldio-persistent"):
+    _b = MODES[_base]
+    _add(Mode(f"{_base}-strict", "waldio", "WAL", _b.synchronous,
+              pragmas=_b.pragmas + ("PRAGMA waldio_group=strict",), waldio_sync=_b.waldio_sync,
+              waldio_group="strict",
+              commit="as -durable (a group write covering it, shared by concurrent committers, "
+                     "across processes), and readers never see a commit before that write is "
+                     "durable; base: " + _b.commit,
+              durability=_b.durability))
+
+
 for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns", "waldio-off"):
     MODES[_m] = replace(MODES[_m], waldio_group="off")
 
@@ -208,13 +222,23 @@ QUICK_MODES = ("wal-full", "wal-normal", "waldio-full", "waldio-normal", "waldio
                "raw-dio")
 
 
+# Modes whose PRAGMA the libwaldio of this branch does not accept yet: named on the
+# command line they run (and fail with libwaldio's reason); the shortcuts leave them out.
+NOT_YET_IN_LIBWALDIO = ("waldio-full-strict", "waldio-persistent-strict")
+
+
+def _all(kind: str = "") -> Tuple[str, ...]:
+    return tuple(n for n, m in MODES.items()
+                 if (not kind or m.kind == kind) and n not in NOT_YET_IN_LIBWALDIO)
+
+
 SHORTCUTS: Dict[str, Tuple[str, ...]] = {
     "quick": QUICK_MODES,
-    "all-stock": tuple(n for n, m in MODES.items() if m.kind == "stock"),
-    "all-waldio": tuple(n for n, m in MODES.items() if m.kind == "waldio"),
-    "all-raw": tuple(n for n, m in MODES.items() if m.kind == "raw"),
-    "all-lsmvbt": tuple(n for n, m in MODES.items() if m.kind == "lsmvbt"),
-    "all": tuple(MODES),
+    "all-stock": _all("stock"),
+    "all-waldio": _all("waldio"),
+    "all-raw": _all("raw"),
+    "all-lsmvbt": _all("lsmvbt"),
+    "all": _all(),
 }
 
 

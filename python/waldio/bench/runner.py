@@ -29,13 +29,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from waldio import params as _params
 
 from . import lsmvbt
-from .iostat import (DROP_CACHES, Device, Snapshot, device_delta, devices_for, proc_delta,
-                     settle, sync_dir)
+from .iostat import (DROP_CACHES, Device, Snapshot, cpu_busy_share, device_delta, devices_for,
+                     proc_delta, settle, sync_dir)
 from .modes import RAW_APPEND_BYTES, RAW_BLOCK, ModeSpec
-from .calibrate import calibrate
+from .calibrate import Subject, calibrate
 from .native import LOOPS, STATEMENT_STYLES, CompiledPlan, Prepared, Result, TxnLoop
 from .plan import build_plan, record_value
 from .provenance import UNKNOWN, timestamp, tool_info
+from .pyloop import extend_span, python_loop
 from .settings import (
     DEFAULT_PREALLOC,
     TIMED_PARTS,
@@ -79,16 +80,6 @@ def process_env() -> SqliteEnv:
         if _env is None:
             _env = SqliteEnv()
         return _env
-
-
-def _extend_span(span: Dict[str, List[int]], phase: str, t0: int, t1: int) -> None:
-    """A phase's [first start, last end, transactions], grown by one."""
-    sp = span.get(phase)
-    if sp is None:
-        span[phase] = [t0, t1, 1]
-    else:
-        sp[1] = t1
-        sp[2] += 1
 
 
 class Bench:
@@ -232,7 +223,9 @@ class Bench:
         if self.calibrate and builds:
             self.progress({"event": "calibrate", "builds": builds})
             used = "native" if self.loop == "native" and s.regime != "open-close" else "python"
-            self.calibration = calibrate(self, builds, used)
+            self.calibration = calibrate(
+                Subject(s, self.plans[0], self.compiled(0), self.env, self.statements),
+                builds, used)
         openers = {m.label: Opener(m, s, self.env) for m in self.modes if m.mode.is_sql}
         results = {m.label: self._mode_doc(m, openers.get(m.label)) for m in self.modes}
         rounds = s.warmup + s.repetitions
@@ -666,7 +659,7 @@ class Bench:
             lat[t].extend(b - a for a, b in zip(starts, ends))
             span = spans[t]
             for (phase, _stmts), a, b in zip(self.plans[t].txns, starts, ends):
-                _extend_span(span, phase, a, b)
+                extend_span(span, phase, a, b)
             sel_rows[t] = r.rows
             think_ns[t] = r.slept_ns
 
@@ -717,54 +710,10 @@ class Bench:
 
     def _txn_loop(self, opener: Opener, t: int, conn: Any, path: str, lat: List[int],
                   span: Dict[int, List[int]], sel_rows: List[int], think_ns: List[int],
-                  errors: List[BaseException], limit: Optional[int] = None) -> None:
-        """The timed loop of one thread in Python: nothing in here but the transactions.
-
-        ``limit`` runs only the first transactions, without think time (calibration)."""
-        s = self.s
-        plan = self.plans[t].txns if limit is None else self.plans[t].txns[:limit]
-        begin_txn = {"begin": "BEGIN", "begin-immediate": "BEGIN IMMEDIATE"}.get(s.txn)
-        # VACUUM cannot run inside a transaction: it is its own
-        begin_of = [None if p == "vacuum" else begin_txn for p in s.phases]
-        think = s.think_ms / 1000.0 if limit is None else 0.0
-        pc = time.perf_counter_ns
-        append = lat.append
-        rows = 0
-        slept = 0
-        last = len(plan) - 1
-        per_txn_open = conn is None
-        for i, (phase, stmts) in enumerate(plan):
-            begin = begin_of[phase]
-            t0 = pc()
-            c = opener.open(path) if per_txn_open else conn
-            try:
-                if begin:
-                    c.run(begin)
-                for sql, params, is_select in stmts:
-                    if is_select:
-                        rows += len(c.rows(sql, params))
-                    else:
-                        c.run(sql, params)
-                if begin:
-                    c.run("COMMIT")
-            except BaseException:
-                if begin:
-                    with contextlib.suppress(Exception):
-                        c.run("ROLLBACK")
-                if per_txn_open:
-                    c.close()
-                raise
-            if per_txn_open:
-                c.close()
-            t1 = pc()
-            append(t1 - t0)
-            _extend_span(span, phase, t0, t1)
-            if think and i != last:
-                ts = pc()
-                time.sleep(think)
-                slept += pc() - ts
-        sel_rows[t] = rows
-        think_ns[t] = slept
+                  errors: List[BaseException]) -> None:
+        """Thread t's plan in the Python loop (:mod:`.pyloop`)."""
+        sel_rows[t], think_ns[t] = python_loop(self.s, self.plans[t].txns, opener, conn, path,
+                                               lat, span, self.s.think_ms / 1000.0)
 
     def _phases(self, spans: List[Dict[int, List[int]]]) -> List[Dict[str, Any]]:
         out = []
@@ -800,7 +749,8 @@ class Bench:
                          "total": device_delta(s0.dev[i], s2.dev[i])})
         return {"devices": devs,
                 "process": {"timed": proc_delta(s0.proc, s1.proc),
-                            "total": proc_delta(s0.proc, s2.proc)}}
+                            "total": proc_delta(s0.proc, s2.proc)},
+                "machine_busy": cpu_busy_share(s0.cpu, s1.cpu)}
 
     def _check_sql(self, spec: ModeSpec, opener: Opener, dbs: List[str], rep: Dict[str, Any],
                    changes: Optional[int], sel_rows: int, mode_doc: Dict[str, Any],
@@ -939,7 +889,7 @@ class Bench:
                         os.close(f)
                     b = pc()
                     append(b - a)
-                    _extend_span(span, phase, a, b)
+                    extend_span(span, phase, a, b)
                     if think and k != last:
                         time.sleep(think)
 
@@ -1083,6 +1033,8 @@ class Bench:
                 "log_bytes_written": per_txn(log_bytes),
             },
             "waldio_stats_per_txn": _stats_per_txn(reps),
+            "machine_busy": summarize([r["io"]["machine_busy"] for r in reps
+                                       if (r.get("io") or {}).get("machine_busy") is not None]),
             "reader": _reader_summary(reps),
             "phases": phases,
             "ok": all(r["ok"] for r in mode["repetitions"]) and bool(mode["repetitions"]),
