@@ -37,7 +37,7 @@
 **                  (an absolute CLOCK_MONOTONIC instant shared by every
 **                  process: the start barrier), then run the plan, repeating
 **                  it cyclically, until a transaction ends at or after
-**                  deadline_ns (0: every transaction once); each transaction's
+**                  deadline_ns or max_txns are done; each transaction's
 **                  latency goes into a histogram row chosen by its kind
 **                  (WBR_HIST_BUCKETS log-linear buckets, < 0.8% wide: see
 **                  hist_index), so memory does not grow with the run.
@@ -120,7 +120,8 @@ typedef struct wbr_job {
   char errmsg[512];
   /* in: wbr_run_timed only */
   int64_t start_at_ns;         /* CLOCK_MONOTONIC instant of the first transaction (0: now) */
-  int64_t deadline_ns;         /* >0: repeat the plan until a transaction ends at or after it */
+  int64_t deadline_ns;         /* >0: stop after the first transaction ending at or after it */
+  int64_t max_txns;            /* >0: stop after this many transactions */
   int64_t *hist;               /* nkind x WBR_HIST_BUCKETS latency counts, added to */
   int32_t nkind;
   int32_t reserved2;
@@ -255,8 +256,8 @@ WBR_API int wbr_run_timed(wbr_job *j) {
   j->rc = SQLITE_OK;
   j->errmsg[0] = 0;
   j->first_start_ns = j->last_end_ns = 0;
-  if (j->ntxn <= 0 || !j->hist || j->nkind <= 0) {
-    set_error(j, SQLITE_MISUSE, "wbr_run_timed: empty plan or no histogram");
+  if (j->ntxn <= 0 || !j->hist || j->nkind <= 0 || (j->deadline_ns <= 0 && j->max_txns <= 0)) {
+    set_error(j, SQLITE_MISUSE, "wbr_run_timed: empty plan, no histogram, or no end");
     return j->rc;
   }
   if (j->start_at_ns > 0) {
@@ -264,8 +265,8 @@ WBR_API int wbr_run_timed(wbr_job *j) {
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, 0) != 0) {}
   }
   int64_t deadline = j->deadline_ns;
-  for (int64_t n = 0;; n++) {
-    if (deadline <= 0 && n >= j->ntxn) break;
+  int64_t count = j->max_txns > 0 && j->max_txns < INT32_MAX ? j->max_txns : INT32_MAX;
+  for (int64_t n = 0; n < count; n++) {
     const wbr_txn *t = &j->txns[n % j->ntxn];
     int64_t a = now_ns();
     int rc = j->style == WBR_EXEC ? run_txn_exec(j, t) : run_txn_prepared(j, t);
@@ -280,7 +281,7 @@ WBR_API int wbr_run_timed(wbr_job *j) {
     j->hist[(int64_t)kind * WBR_HIST_BUCKETS + hist_index(b - a)]++;
     j->last_end_ns = b;
     j->done = (int32_t)(n + 1);
-    if ((deadline > 0 && b >= deadline) || n + 1 == INT32_MAX) break;
+    if (deadline > 0 && b >= deadline) break;
   }
   return SQLITE_OK;
 }

@@ -65,16 +65,15 @@ def save(doc: Dict[str, Any], rec: Record, text: str) -> Record:
     return rec
 
 
-def footer(out: Printer, rec: Record, verbose: bool, plots: Optional[List[str]],
-           plot_hint: str) -> None:
-    """Where everything went, in three lines at most."""
+def footer(out: Printer, rec: Record, plots: Optional[List[str]]) -> None:
+    """Where everything went, in a few lines."""
     if rec.complete:
-        out.line(f"full parameter checklist: {rec.text_path} (text; --verbose prints it here) "
-                 f"and {rec.json_path} (JSON)")
+        out.wrapped(f"full parameter checklist: {rec.text_path} (--verbose prints it)")
     else:
-        out.line("could not write " + "; ".join(rec.problems) +
-                 ("" if verbose else ": the checklist follows"))
+        out.wrapped("could not write " + "; ".join(rec.problems) + " (the checklist is above)")
     if plots:
-        out.line(f"plots: {', '.join(p for p in plots if p.endswith('.png')) or plots[0]}")
+        shown = [p for p in plots if p.endswith(".png")] or plots
+        out.wrapped(f"JSON: {rec.json_path}; plots: {', '.join(shown)}")
     else:
-        out.line(plot_hint)
+        out.wrapped(f"JSON: {rec.json_path}; plots: add --plot DIR, or run waldio report "
+                    f"{rec.json_path} --out DIR")

@@ -465,8 +465,7 @@ def _finish(args: argparse.Namespace, out: Printer, doc: Dict[str, Any], *, summ
         out.line(text)
     plots = plot(doc, rec.json_path, args.plot) if args.plot else None
     if not args.quiet:
-        C.footer(out, rec, args.verbose, plots,
-                 f"plots of this run: --plot DIR, or waldio report {rec.json_path} --out DIR")
+        C.footer(out, rec, plots)
         out.line(f"total wall time: {doc['tool']['wall_s']:.1f} s")
     if problems:
         return 3

@@ -68,7 +68,7 @@ class _Job(ctypes.Structure):
                 ("done", ctypes.c_int32), ("rc", ctypes.c_int32),
                 ("errmsg", ctypes.c_char * 512),
                 ("start_at_ns", ctypes.c_int64), ("deadline_ns", ctypes.c_int64),
-                ("hist", ctypes.c_void_p), ("nkind", ctypes.c_int32),
+                ("max_txns", ctypes.c_int64), ("hist", ctypes.c_void_p), ("nkind", ctypes.c_int32),
                 ("reserved2", ctypes.c_int32),
                 ("first_start_ns", ctypes.c_int64), ("last_end_ns", ctypes.c_int64)]
 
@@ -398,11 +398,11 @@ class TxnLoop:
                       slept_ns=int(job.slept_ns))
 
     def run_timed(self, prepared: Prepared, nkind: int, start_at_ns: int,
-                  deadline_ns: int) -> "TimedResult":
+                  deadline_ns: int, max_txns: int = 0) -> "TimedResult":
         """One process's timed run (``wbr_run_timed``): wait until ``start_at_ns``
         (CLOCK_MONOTONIC), then repeat the plan until a transaction ends at or after
-        ``deadline_ns``, or, with ``deadline_ns`` 0, run every transaction once.
-        TxnLoopError on the first failure."""
+        ``deadline_ns`` (0: no deadline) or ``max_txns`` are done (0: no count; one of
+        the two is needed).  TxnLoopError on the first failure."""
         cp = prepared.cplan
         hist = (ctypes.c_int64 * (histogram.BUCKETS * nkind))()
         job = _Job(api=prepared.api, db=prepared.db, style=_STYLE_CODE[cp.style], ntxn=cp.ntxn,
@@ -410,7 +410,8 @@ class TxnLoop:
                    sql=ctypes.addressof(cp._sql_array),
                    txns=ctypes.addressof(cp.txns), ops=ctypes.addressof(cp.ops),
                    params=ctypes.addressof(cp.values), start_at_ns=int(start_at_ns),
-                   deadline_ns=int(deadline_ns), hist=ctypes.addressof(hist), nkind=nkind)
+                   deadline_ns=int(deadline_ns), max_txns=int(max_txns),
+                   hist=ctypes.addressof(hist), nkind=nkind)
         rc = self.lib.wbr_run_timed(ctypes.byref(job))
         if rc != 0:
             raise TxnLoopError(job.done, job.rc, job.errmsg.decode("utf-8", "replace"))

@@ -3,7 +3,8 @@
 One figure per workload, ``<stem>-<workload>``: on the left the rate (commits/s,
 requests/s for web) against the process count, one line per mode, markers at the
 median and whiskers from min to max over the measured rounds; on the right the p99
-latency (pooled histograms) against the process count, log-scaled.  Everything is
+latency (pooled histograms) against the process count; both axes of values log-scaled
+(stock NORMAL and FULL are an order of magnitude apart).  Everything is
 read from the result document (:mod:`.processes`).
 """
 from __future__ import annotations
@@ -54,6 +55,7 @@ def plot_processes(doc: Dict[str, Any], stem: str, out_dir: str,
             a.grid(True, alpha=0.3)
         ax.set_ylabel(f"{RATE_NAME[wl]} (median, min-max)")
         axl.set_ylabel("p99 latency, ms")
+        ax.set_yscale("log")
         axl.set_yscale("log")
         ax.legend(fontsize=8)
         fig.suptitle(f"{wl}: {b['rounds']['measured']} rounds, "

@@ -14,10 +14,11 @@ with one JSON line on stdout each:
     ``PRAGMA wal_checkpoint(RESTART)``, so the log is grown and the run overwrites
     it from its start), reset ``PRAGMA waldio_stats``, prepare the plan of this
     process.  Reply ``{"ready": {"pid", "open_ns", "settings"}}``.
-``{"cmd": "go", "start_at_ns": T, "deadline_ns": D}``
+``{"cmd": "go", "start_at_ns": T, "deadline_ns": D, "max_txns": N}``
     run the plan in the C loop (``wbr_run_timed``): wait until T (CLOCK_MONOTONIC,
     the same instant for every process: the start barrier), then repeat the plan
-    until a transaction ends at or after D (D = 0: the plan once).  Reply
+    until a transaction ends at or after D, or N transactions are done (0: no
+    deadline, no count).  Reply
     ``{"result": {...}}``: transactions per kind, SELECT rows, latency histograms,
     first start and last end, CPU time of this process, ``PRAGMA waldio_stats``.
 ``{"cmd": "close"}``
@@ -96,7 +97,7 @@ class Worker:
             raise BenchError("go before open")
         cpu0 = _cpu_s()
         r = self.loop.run_timed(self.prepared, len(self.kinds), int(req["start_at_ns"]),
-                                int(req["deadline_ns"]))
+                                int(req["deadline_ns"]), int(req.get("max_txns") or 0))
         cpu = _cpu_s() - cpu0
         stats = json.loads(self.conn.rows("PRAGMA waldio_stats")[0][0]) if self.is_waldio \
             else None

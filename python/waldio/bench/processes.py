@@ -132,7 +132,8 @@ class ProcessBench:
     result document (schemas/bench-processes.schema.json)."""
 
     def __init__(self, ps: ProcessSettings, modes: Sequence[ModeSpec], env: SqliteEnv, *,
-                 progress: Optional[ProgressFn] = None) -> None:
+                 progress: Optional[ProgressFn] = None,
+                 worker_argv: Optional[List[str]] = None) -> None:
         if not modes:
             raise BenchError("no modes to run")
         for m in modes:
@@ -146,6 +147,7 @@ class ProcessBench:
         self.modes = list(modes)
         self.env = env
         self.progress = progress or (lambda ev: None)
+        self.worker_argv = worker_argv        # None: python -m waldio.bench.process_worker
         self.labels = [m.label for m in self.modes]
         self._templates: Dict[Tuple[str, int], str] = {}
         self.devices: List[Any] = []
@@ -220,7 +222,7 @@ class ProcessBench:
         step = 0
         logs = os.path.join(self.root, "worker-logs")
         os.makedirs(logs, exist_ok=True)
-        with WorkerPool(logs) as pool:
+        with WorkerPool(logs, self.worker_argv) as pool:
             for rnd in range(rounds):
                 warm = rnd < s.warmup
                 for wl in ps.workloads:
@@ -373,7 +375,9 @@ class ProcessBench:
                 else COUNT_TIMEOUT_S
             results = [r["result"] for r in pool.ask(
                 workers, lambda w: {"cmd": "go", "start_at_ns": start_at,
-                                    "deadline_ns": deadline}, timeout, "the timed run")]
+                                    "deadline_ns": deadline,
+                                    "max_txns": self.ps.transactions or 0},
+                timeout, "the timed run")]
             snap1 = Snapshot(self.devices)
             pool.ask(workers, lambda w: {"cmd": "close"}, CLOSE_TIMEOUT_S, "close")
             opened.clear()

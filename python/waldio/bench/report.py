@@ -201,23 +201,25 @@ def headline(doc: Dict[str, Any]) -> Tuple[str, List[Tuple[str, Optional[Dict[st
 
 def print_headline(out: Printer, doc: Dict[str, Any]) -> None:
     title, rows = headline(doc)
-    out.line(title)
+    out.wrapped(title)
     width = max([len(label) for label, _, _ in rows] + [4])
     refw = max([len(ref) for _, _, ref in rows] + [4])
     noisy = 0
     for label, r, ref in rows:
         why = V.too_noisy(r)
         noisy += why is not None
-        out.line(f"  {label:<{width}}  {V.ratio_text(r):<19} x {ref:<{refw}}"
-                 + (f"  too noisy to conclude: {why}" if why else ""))
+        ratio = "-" if not r or r.get("median") is None else \
+            f"{r['median']:.2f}x {ref:<{refw}}  ({r['min']:.2f}-{r['max']:.2f})"
+        out.wrapped(f"  {label:<{width}}  {ratio}" +
+                    (f"  too noisy to conclude: {why}" if why else ""), indent=" " * (width + 4))
     if noisy:
         busy = [(m["summary"] or {}).get("machine_busy") for m in doc["modes"]]
         busy_med = [b["median"] for b in busy if b]
-        load = (f" (all CPUs were {100 * max(busy_med):.0f}% busy during the timed regions at "
-                f"most, this run included)" if busy_med else "")
-        out.line(f"  {noisy} of {len(rows)} cannot be told from noise: this machine moved the "
-                 f"rounds more than the modes differ{load}.")
-        out.line("  Rerun with more --repetitions, on a quieter machine.")
+        load = (f"; the machine's CPUs were up to {100 * max(busy_med):.0f}% busy during the "
+                f"timed regions, this run included" if busy_med else "")
+        out.wrapped(f"  {noisy} of {len(rows)} cannot be told from noise: the machine moved the "
+                    f"rounds more than the modes differ{load}. Rerun with more --repetitions, "
+                    f"on a quieter machine.", indent="  ")
     out.line("")
 
 

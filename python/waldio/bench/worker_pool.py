@@ -1,8 +1,9 @@
 """The worker processes of ``waldio bench --processes``, seen from the parent.
 
 :class:`WorkerPool` starts ``python -m waldio.bench.process_worker`` processes
-(:mod:`.process_worker` describes the JSON-lines protocol) and keeps them for the
-whole run.  :meth:`WorkerPool.ask` sends one command to each of several workers and
+(:mod:`.process_worker` describes the JSON-lines protocol; another command line can
+be given, e.g. a worker that fails on purpose in a test) and keeps them for the whole
+run.  :meth:`WorkerPool.ask` sends one command to each of several workers and
 then collects every reply, so that no reply is ever left unread for the next
 command to pick up; a worker that failed, died or did not answer in time is named
 in the :class:`WorkerError`, and a dead or stuck one is killed and replaced by the
@@ -30,14 +31,17 @@ class WorkerError(BenchError):
     """One or more workers failed a command: which, and why."""
 
 
+WORKER_ARGV = [sys.executable, "-m", "waldio.bench.process_worker"]
+
+
 class _Worker:
-    def __init__(self, index: int, log_dir: str) -> None:
+    def __init__(self, index: int, log_dir: str, argv: List[str]) -> None:
         self.index = index
         self.stderr_path = os.path.join(log_dir, f"worker-{index}.stderr")
         with open(self.stderr_path, "ab") as err:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "waldio.bench.process_worker"], stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=err, env=child_env(), text=True, bufsize=1)
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                env=child_env(), text=True, bufsize=1)
         self.broken = False
 
     def stderr_tail(self) -> str:
@@ -105,8 +109,9 @@ class _Worker:
 class WorkerPool:
     """Persistent worker processes; worker i is always process i of a cell."""
 
-    def __init__(self, log_dir: str) -> None:
+    def __init__(self, log_dir: str, argv: Optional[List[str]] = None) -> None:
         self.log_dir = log_dir
+        self.argv = list(argv or WORKER_ARGV)
         self.workers: List[_Worker] = []
         self.started = 0
 
@@ -128,7 +133,7 @@ class WorkerPool:
 
     def _start(self, i: int) -> _Worker:
         self.started += 1
-        return _Worker(i, self.log_dir)
+        return _Worker(i, self.log_dir, self.argv)
 
     @staticmethod
     def ask(workers: List[_Worker], message: Callable[[_Worker], Dict[str, Any]],
