@@ -56,6 +56,7 @@ class Printer:
             for r in rows:
                 t.add_row(*r)
             self.console.print(t)
+            self.console.print()
             return
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
 

@@ -249,9 +249,9 @@ def compact_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]
                      "ok" if nfail == 0 and m["repetitions"] else
                      f"FAIL {nfail}/{len(m['repetitions'])}"])
     b = doc["params"]["bench"]
-    timed = "+".join(b["timed_region"])
-    title = (f"{b.get('preset') or 'custom'} workload; ops/s = transactions / timed wall "
-             f"({timed}); * = baseline; KB, flush: per transaction, device counters")
+    n = b["repetitions"]
+    title = f"results: {b.get('preset') or 'custom'} workload, medians of {n} round" + \
+        ("s" if n != 1 else "")
     return title, cols, rows
 
 
@@ -260,6 +260,11 @@ def print_summary(out: Printer, doc: Dict[str, Any], headline: bool = True) -> N
     if headline:
         print_headline(out, doc)
     out.table(*compact_table(doc))
+    timed = "+".join(doc["params"]["bench"]["timed_region"])
+    out.wrapped(f"ops/s = transactions / timed wall ({timed}); * = the baseline; KB/tx, "
+                f"flush/tx: the device's own counters per transaction. Every column and what "
+                f"it means: the checklist.")
+    out.line("")
 
 
 def print_checklist(out: Printer, doc: Dict[str, Any]) -> None:
