@@ -197,8 +197,8 @@ def test_mode_table_and_spec_grammar() -> None:
                                             "waldio-normal:pad4k"]
     assert [s.label for s in specs][-2:] == ["delete-off@system", "raw-dio"]
     # 4 base modes (full, persistent, normal, ns) x (off, async, durable),
-    # waldio-off, and the two explicit ones
-    assert len(specs) == 4 * 3 + 1 + 2
+    # full and persistent x strict, waldio-off, and the two explicit ones
+    assert len(specs) == 4 * 3 + 2 + 1 + 2
     ns = B.MODES["waldio-ns"]
     assert (ns.synchronous, ns.waldio_sync, ns.pragmas) == ("NORMAL", "ns",
                                                             ("PRAGMA waldio_sync=ns",))
@@ -259,7 +259,7 @@ def test_every_preset_runs_in_every_mode(preset: str, extra: Dict[str, Any], run
     doc = run_engine(rundir, preset, "all", **extra)
     assert failures(doc) == []
     assert doc["ok"] is True
-    assert {m["label"] for m in doc["modes"]} == set(B.SHORTCUTS["all"])
+    assert {m["label"] for m in doc["modes"]} == set(B.MODES)
     assert results.validate(doc) == []
     for m in doc["modes"]:
         (rep,) = m["repetitions"]

@@ -133,18 +133,30 @@ def test_processes_run_at_once_and_their_counts_add_up(rundir: str) -> None:
     assert len(pairs) == 3 * 2 * 4
 
 
-def test_a_fixed_count_per_process_and_group_commit_in_one_process(rundir: str) -> None:
-    doc = run_engine(rundir, "waldio-full-durable,waldio-full-async", [1], ["insert", "web"],
+def test_a_fixed_count_per_process(rundir: str) -> None:
+    doc = run_engine(rundir, "wal-normal,waldio-full-durable", [1], ["insert", "web"],
                      duration_s=None, transactions=40, repetitions=2)
     assert failed_items(doc) == []
     for c in doc["cells"]:
         assert c["summary"]["repetitions_ok"] == 2
         for rep in c["repetitions"]:
             assert rep["transactions"] == 40
-            group = "durable" if c["mode"].endswith("durable") else "async"
-            item = next(i for i in rep["checks"]["items"] if i["name"].startswith("process 0"))
-            assert item["actual"] == ["wal", "FULL", "full", group]
-    assert doc["ratios"] == []          # no stock mode ran: nothing to pair with
+            item = next(i for i in rep["checks"]["items"]
+                        if i["name"] == "transactions done = processes x --transactions")
+            assert item["ok"]
+    assert {r["stock"] for r in doc["ratios"]} == {"wal-normal"}   # wal-full did not run
+
+
+def test_group_commit_modes_in_several_processes(rundir: str) -> None:
+    doc = run_engine(rundir, "waldio-full-durable,waldio-full-async,waldio-full-strict", [3],
+                     ["insert", "web"], duration_s=0.3)
+    assert failed_items(doc) == []
+    for c in doc["cells"]:
+        (rep,) = c["repetitions"]
+        group = c["mode"].rsplit("-", 1)[1]
+        readback = [i["actual"] for i in rep["checks"]["items"] if i["name"].startswith("process ")]
+        assert readback == [["wal", "FULL", "full", group]] * 3
+        assert rep["waldio_stats"]["group_commits"] > 0
 
 
 def test_the_json_schema_rejects_a_broken_document(rundir: str) -> None:

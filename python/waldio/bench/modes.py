@@ -222,23 +222,13 @@ QUICK_MODES = ("wal-full", "wal-normal", "waldio-full", "waldio-normal", "waldio
                "raw-dio")
 
 
-# Modes whose PRAGMA the libwaldio of this branch does not accept yet: named on the
-# command line they run (and fail with libwaldio's reason); the shortcuts leave them out.
-NOT_YET_IN_LIBWALDIO = ("waldio-full-strict", "waldio-persistent-strict")
-
-
-def _all(kind: str = "") -> Tuple[str, ...]:
-    return tuple(n for n, m in MODES.items()
-                 if (not kind or m.kind == kind) and n not in NOT_YET_IN_LIBWALDIO)
-
-
 SHORTCUTS: Dict[str, Tuple[str, ...]] = {
     "quick": QUICK_MODES,
-    "all-stock": _all("stock"),
-    "all-waldio": _all("waldio"),
-    "all-raw": _all("raw"),
-    "all-lsmvbt": _all("lsmvbt"),
-    "all": _all(),
+    "all-stock": tuple(n for n, m in MODES.items() if m.kind == "stock"),
+    "all-waldio": tuple(n for n, m in MODES.items() if m.kind == "waldio"),
+    "all-raw": tuple(n for n, m in MODES.items() if m.kind == "raw"),
+    "all-lsmvbt": tuple(n for n, m in MODES.items() if m.kind == "lsmvbt"),
+    "all": tuple(MODES),
 }
 
 
