@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -31,6 +29,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
+from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import bench as B  # noqa: E402
 from waldio import cli  # noqa: E402
 from waldio import drivers  # noqa: E402
@@ -39,21 +38,7 @@ from waldio import params  # noqa: E402
 from waldio.bench import iostat  # noqa: E402
 from waldio.bench import results  # noqa: E402
 
-BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
 TINY = ["--transactions", "20", "--repetitions", "1", "--warmup", "0"]
-
-
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run without --json writes its record under ./results: not into the checkout."""
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def rundir() -> Any:
-    d = tempfile.mkdtemp(prefix="waldio-benchtest-", dir=BASE)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run_cli(argv: List[str], capsys: pytest.CaptureFixture[str]) -> tuple:
@@ -615,7 +600,6 @@ def test_speedtest1_runs_stock_and_waldio_with_identical_hashes(
         capsys)
     assert status == 0, out + err
     doc = json.loads(Path(out_json).read_text())
-    from waldio.bench import speedtest1_report as SR
     assert results.validate(doc) == []
     assert len(doc["runs"]) == 2 * 6 and all(r["ok"] for r in doc["runs"])
     hashes = {r["hash"] for r in doc["runs"]}

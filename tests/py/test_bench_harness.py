@@ -10,12 +10,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
+from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import bench as B
 from waldio import drivers
 
@@ -27,20 +27,6 @@ from waldio.bench import native as N
 from waldio.bench import results
 from waldio.bench.runner import process_env
 
-BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
-
-
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run without --json writes its record under ./results: not into the checkout."""
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def rundir() -> Any:
-    d = tempfile.mkdtemp(prefix="waldio-harnesstest-", dir=BASE)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run_engine(rundir: str, preset: str, modes: str, loop: str = "native",

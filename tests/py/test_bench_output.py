@@ -16,9 +16,7 @@ assertion depends on how fast anything ran.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -27,19 +25,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
+from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import cli  # noqa: E402
 from waldio.bench import results  # noqa: E402
 from waldio.bench import verdict as V  # noqa: E402
 
-BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
 SMALL = ["--transactions", "20", "--repetitions", "2", "--warmup", "0", "--plain"]
-
-
-@pytest.fixture
-def rundir() -> Any:
-    d = tempfile.mkdtemp(prefix="waldio-outputtest-", dir=BASE)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def bench(argv: List[str], capsys: pytest.CaptureFixture[str]) -> Tuple[int, List[str]]:
@@ -96,11 +87,15 @@ def test_verbose_prints_the_checklist_and_one_round_says_why_it_cannot_conclude(
 
 def test_an_unwritable_record_is_reported_and_the_checklist_printed(
         rundir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    status, lines = bench(["--dir", rundir, "--modes", "wal-normal", "--json", rundir]
-                          + SMALL, capsys)
+    blocked = os.path.join(rundir, "blocked")
+    for path in (blocked + ".json", blocked + ".txt"):     # directories: neither file can be
+        os.mkdir(path)
+    status, lines = bench(["--dir", rundir, "--modes", "wal-normal", "--json",
+                           blocked + ".json"] + SMALL, capsys)
     assert status == 0
     out = "\n".join(lines)
-    assert f"could not write {rundir}:" in out
+    flat = " ".join(out.split())                             # wrapped lines joined
+    assert f"could not write {blocked}.json: " in flat and f"; {blocked}.txt: " in flat
     assert "sqlite_source_id:" in out and "[filesystem]" in out
 
 

@@ -19,9 +19,7 @@ from __future__ import annotations
 import copy
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -30,6 +28,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
+from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import bench as B  # noqa: E402
 from waldio import cli  # noqa: E402
 from waldio.bench import histogram as H  # noqa: E402
@@ -39,20 +38,6 @@ from waldio.bench.process_workloads import WORKLOADS  # noqa: E402
 from waldio.bench.runner import process_env  # noqa: E402
 from waldio.bench.worker_pool import WorkerError, WorkerPool  # noqa: E402
 
-BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
-
-
-@pytest.fixture(autouse=True)
-def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run without --json writes its record under ./results: not into the checkout."""
-    monkeypatch.chdir(tmp_path)
-
-
-@pytest.fixture
-def rundir() -> Any:
-    d = tempfile.mkdtemp(prefix="waldio-processestest-", dir=BASE)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run_engine(rundir: str, modes: str, processes: List[int], workloads: List[str],

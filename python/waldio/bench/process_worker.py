@@ -10,9 +10,8 @@ with one JSON line on stdout each:
 ``{"cmd": "open", ...}``
     open the database with the mode's settings (:class:`~.sqlite_env.Opener`: VFS,
     URI options, PRAGMAs, busy timeout), put the log into the steady state when
-    asked (``fill_table``: rewrite every row of the fill table with new bytes, then
-    ``PRAGMA wal_checkpoint(RESTART)``, so the log is grown and the run overwrites
-    it from its start), reset ``PRAGMA waldio_stats``, prepare the plan of this
+    asked (``steady_state``: :func:`~.template.steady_state`: the log grown, then
+    restarted, so the run overwrites it from its start), reset ``PRAGMA waldio_stats``, prepare the plan of this
     process.  Reply ``{"ready": {"pid", "open_ns", "settings"}}``.
 ``{"cmd": "go", "start_at_ns": T, "deadline_ns": D, "max_txns": N}``
     run the plan in the C loop (``wbr_run_timed``): wait until T (CLOCK_MONOTONIC,
@@ -43,6 +42,7 @@ from .native import CompiledPlan, Prepared, TxnLoop
 from .process_workloads import Shape, process_plan
 from .settings import BenchError, Settings
 from .sqlite_env import Opener, SqliteEnv, read_settings
+from .template import steady_state
 
 
 def _cpu_s() -> float:
@@ -71,13 +71,8 @@ class Worker:
         t0 = time.perf_counter_ns()
         self.conn = Opener(spec, s, self.env).open(req["db"])
         open_ns = time.perf_counter_ns() - t0
-        if req.get("fill_table"):
-            self.conn.run(f"UPDATE {req['fill_table']} SET x = ?",
-                          (b"\x01" * int(req["fill_bytes"]),))
-            busy, log, done = self.conn.rows("PRAGMA wal_checkpoint(RESTART)")[0]
-            if busy:
-                raise BenchError(f"the steady-state log: wal_checkpoint(RESTART) was busy "
-                                 f"({log} frames in the log, {done} checkpointed)")
+        if req.get("steady_state"):
+            steady_state(self.conn, s.page_size)
         settings = read_settings(self.conn, self.is_waldio)
         if self.is_waldio:
             self.conn.rows("PRAGMA waldio_stats=reset")

@@ -39,7 +39,6 @@ its cell and is replaced for the next one.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import time
@@ -54,14 +53,14 @@ from .modes import ModeSpec
 from .process_workloads import WORKLOADS, Shape, expected_select_rows
 from .provenance import timestamp, tool_info
 from .settings import BenchError, Settings
-from .sqlite_env import RESERVE_FOR_EMBED, SQLITE_FCNTL_RESERVE_BYTES, Opener, SqliteEnv
+from .sqlite_env import Opener, SqliteEnv
 from .stats import pair_ratios, summarize
 from .target import Target
+from .template import FILL_TABLE, add_fill_table, building, fill_bytes, reserve_for
 from .worker_pool import WorkerError, WorkerPool
 
 SCHEMA_VERSION = 1
 KIND = "processes"
-FILL_TABLE = "_bench_walfill"
 STOCK_REFERENCES = ("wal-full", "wal-normal")
 DEFAULT_MODES = ("wal-full", "wal-normal", "waldio-full", "waldio-full-durable")
 DEFAULT_DURATION_S = 2.0
@@ -158,45 +157,21 @@ class ProcessBench:
 
     # ------------------------------------------------------------- templates
 
-    def _reserve_for(self, spec: ModeSpec) -> int:
-        if spec.mode.kind == "waldio":
-            return RESERVE_FOR_EMBED if spec.layout == "embed" else 0
-        return self.s.stock_reserve
-
     def _template(self, workload: str, reserve: int) -> str:
         key = (workload, reserve)
         if key in self._templates:
             return self._templates[key]
-        import apsw
         s = self.s
         d = os.path.join(self.root, "templates")
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, f"{workload}-r{reserve}.db")
-        db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
-                             vfs="unix")
-        try:
-            if reserve:
-                cell = ctypes.c_int(reserve)
-                db.file_control("main", SQLITE_FCNTL_RESERVE_BYTES, ctypes.addressof(cell))
-            db.execute(f"PRAGMA page_size={s.page_size}")
-            db.execute("PRAGMA journal_mode=DELETE")
-            db.execute("PRAGMA synchronous=OFF")
-            db.execute("BEGIN")
+        with building(path, s.page_size, reserve) as db:
             for sql, rows in WORKLOADS[workload].setup(self.ps.shape(workload)):
                 if rows is None:
                     db.execute(sql)
                 else:
                     db.executemany(sql, rows)
-            db.execute(f"CREATE TABLE {FILL_TABLE}(x BLOB)")
-            db.executemany(f"INSERT INTO {FILL_TABLE}(x) VALUES(zeroblob(?))",
-                           ((s.page_size * 3 // 4,) for _ in range(_fill_rows(s))))
-            db.execute("COMMIT")
-        finally:
-            db.close()
-        with open(path, "rb") as f:
-            header = f.read(100)
-        if header[20] != reserve:
-            raise BenchError(f"template: asked for {reserve} reserved bytes, got {header[20]}")
+            add_fill_table(db, _fill_rows(s), s.page_size)
         self._templates[key] = path
         return path
 
@@ -277,7 +252,7 @@ class ProcessBench:
                            "mode once in the order given")
         d["steady_state"] = (
             f"process 0 opens the copy of the template first and rewrites every row of "
-            f"{FILL_TABLE} ({_fill_rows(s)} rows of {s.page_size * 3 // 4} bytes: more frames "
+            f"{FILL_TABLE} ({_fill_rows(s)} rows of {fill_bytes(s.page_size)} bytes: more frames "
             f"than one checkpoint interval), then PRAGMA wal_checkpoint(RESTART), so the log "
             f"is grown and the run overwrites it from its start; the other processes open "
             f"after that")
@@ -364,7 +339,7 @@ class ProcessBench:
         workers = pool.take(n)
         opened: List[Any] = []
         try:
-            shutil.copyfile(self._template(workload, self._reserve_for(spec)), db)
+            shutil.copyfile(self._template(workload, reserve_for(spec, self.s.stock_reserve)), db)
             ready = self._open_all(pool, workers, spec, workload, db, opened)
             settle(d, False)
             snap0 = Snapshot(self.devices)
@@ -410,7 +385,7 @@ class ProcessBench:
                    "db": db, "workload": workload, "shape": asdict(ps.shape(workload)),
                    "seed": s.seed, "process": w.index, "statements": ps.statements}
             if w.index == 0:
-                out.update(fill_table=FILL_TABLE, fill_bytes=s.page_size * 3 // 4)
+                out.update(steady_state=True)
             return out
 
         opened.append(workers[0])

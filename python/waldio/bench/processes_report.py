@@ -19,6 +19,7 @@ from waldio import params as _params
 from . import verdict as V
 from .printer import Printer
 from .process_workloads import WORKLOADS
+from .report import check_cell, print_parameters
 
 RATE_NAME = {"insert": "commits/s", "update": "commits/s", "web": "requests/s"}
 
@@ -109,8 +110,8 @@ def compact_table(doc: Dict[str, Any], wl: str
         s = c["summary"] or {}
         lat = s.get("latency_ns") or {}
         pt = s.get("per_txn") or {}
-        nfail = sum(1 for r in c["repetitions"] if not r["ok"])
-        rate = _rate(s.get("ops_per_s")) if not nfail else f"FAIL {nfail}/{len(c['repetitions'])}"
+        check = check_cell(c["repetitions"])
+        rate = _rate(s.get("ops_per_s")) if check == "ok" else check
         rows.append([str(c["processes"]), c["mode"], rate] +
                     [V.ratio_text(_ratio(doc, wl, c["processes"], c["mode"], r))
                      if r != c["mode"] else "-" for r in refs] +
@@ -163,7 +164,6 @@ def detail_table(doc: Dict[str, Any], wl: str
                                                                 "max_ns")) for k in kinds]
         wb = pt.get("device_write_bytes")
         busy = s.get("machine_busy")
-        nfail = sum(1 for r in c["repetitions"] if not r["ok"])
         rows.append([str(c["processes"]), c["mode"], _rate(ops),
                      "-" if not ops else f"{ops['min']:,.0f}-{ops['max']:,.0f}",
                      "-" if not ops or ops.get("cov") is None else f"{100 * ops['cov']:.1f}%"]
@@ -172,8 +172,7 @@ def detail_table(doc: Dict[str, Any], wl: str
                      _per(pt.get("device_flushes")), _per(pt.get("log_syncs")),
                      _per(pt.get("cpu_us"), 1),
                      "-" if not busy else f"{100 * busy['median']:.0f}%",
-                     "ok" if not nfail and c["repetitions"] else
-                     f"FAIL {nfail}/{len(c['repetitions'])}"])
+                     check_cell(c["repetitions"])])
     return (f"{wl}: every cell (medians over measured rounds; latency pooled over processes "
             f"and rounds, per transaction kind)", cols, rows, ["r", "l"] + ["r"] * (len(cols) - 2))
 
@@ -241,15 +240,7 @@ def settings_rows(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]
 
 def print_checklist(out: Printer, doc: Dict[str, Any]) -> None:
     """Everything: parameters, settings read back, every cell, what each number means."""
-    out.line("== parameters (read back from SQLite and the system; 'unknown (why)' = could "
-             "not be read) ==")
-    out.line(_params.format_params(header_params(doc), width=110))
-    out.line("")
-    out.table(*settings_rows(doc))
-    out.line("modes:")
-    for m in doc["modes"]:
-        out.line(f"  {m['label']}: {m['commit']}; durability: {m['durability']}")
-    out.line("")
+    print_parameters(out, header_params(doc), settings_rows(doc), doc["modes"])
     for wl in doc["params"]["bench"]["workloads"]:
         out.table(*detail_table(doc, wl))
     for n in notes(doc):

@@ -52,6 +52,12 @@ def _ms(ns: Optional[float]) -> str:
     return f"{ms:.3f}"
 
 
+def check_cell(reps: List[Dict[str, Any]]) -> str:
+    """``ok``, or ``FAIL k/n``: repetitions that failed, warm-up included."""
+    nfail = sum(1 for r in reps if not r["ok"])
+    return "ok" if nfail == 0 and reps else f"FAIL {nfail}/{len(reps)}"
+
+
 def summary_median(s: Optional[Dict[str, Any]]) -> Optional[float]:
     return None if not s else s.get("median")
 
@@ -90,9 +96,7 @@ def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]],
         ops = s.get("ops_per_s")
         lat = s.get("latency_ns") or {}
         pt = s.get("per_txn") or {}
-        nfail = sum(1 for r in m["repetitions"] if not r["ok"])
-        check = "ok" if nfail == 0 and m["repetitions"] else \
-            f"FAIL {nfail}/{len(m['repetitions'])}"
+        check = check_cell(m["repetitions"])
         row = [m["label"] + (" *" if m["label"] == base else ""),
                _ops(summary_median(ops)),
                f"{_ops(ops['min'])}-{_ops(ops['max'])}" if ops else "-",
@@ -238,7 +242,6 @@ def compact_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]
         pt = s.get("per_txn") or {}
         kb = summary_median(pt.get("device_write_bytes"))
         fl = summary_median(pt.get("device_flushes"))
-        nfail = sum(1 for r in m["repetitions"] if not r["ok"])
         rows.append([m["label"] + (" *" if m["label"] == base else ""),
                      _ops(summary_median(ops)),
                      f"{_ops(ops['min'])}-{_ops(ops['max'])}" if ops else "-",
@@ -246,8 +249,7 @@ def compact_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]
                      _ms(lat.get("p50_ns")), _ms(lat.get("p99_ns")),
                      "-" if kb is None else f"{kb / 1024:.1f}",
                      "-" if fl is None else f"{fl:.2f}",
-                     "ok" if nfail == 0 and m["repetitions"] else
-                     f"FAIL {nfail}/{len(m['repetitions'])}"])
+                     check_cell(m["repetitions"])])
     b = doc["params"]["bench"]
     n = b["repetitions"]
     title = f"results: {b.get('preset') or 'custom'} workload, medians of {n} round" + \
@@ -517,13 +519,19 @@ def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def print_header(out: Printer, doc: Dict[str, Any]) -> None:
+    print_parameters(out, header_params(doc), settings_table(doc), doc["modes"])
+
+
+def print_parameters(out: Printer, header: Dict[str, Any], settings: Tuple[Any, ...],
+                     modes: List[Dict[str, Any]]) -> None:
+    """The parameter header, the settings table and what each mode's commit does."""
     out.line("== parameters (read back from SQLite and the system; 'unknown (why)' = "
              "could not be read) ==")
-    out.line(_params.format_params(header_params(doc), width=110))
+    out.line(_params.format_params(header, width=110))
     out.line("")
-    out.table(*settings_table(doc))
+    out.table(*settings)
     out.line("modes:")
-    for m in doc["modes"]:
+    for m in modes:
         out.line(f"  {m['label']}: {m['commit']}; durability: {m['durability']}")
     out.line("")
 

@@ -14,7 +14,6 @@ blocks).  Summaries and paired ratios come from :mod:`.stats`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import mmap
 import os
@@ -45,20 +44,12 @@ from .settings import (
     create_table_sql,
     parse_size,
 )
-from .sqlite_env import (
-    RESERVE_FOR_EMBED,
-    SQLITE_FCNTL_RESERVE_BYTES,
-    Opener,
-    SqliteEnv,
-    read_settings,
-)
+from .sqlite_env import Opener, SqliteEnv, read_settings
 from .stats import latency_summary, pair_ratios, summarize
 from .target import Target
+from .template import FILL_TABLE, add_fill_table, building, reserve_for, steady_state
 
 SCHEMA_VERSION = 1
-
-
-WALFILL_TABLE = "_bench_walfill"
 
 
 ProgressFn = Callable[[Dict[str, Any]], None]
@@ -153,23 +144,13 @@ class Bench:
         key = (reserve, vt.name if vt else "")
         if key in self._templates:
             return self._templates[key]
-        import apsw
         s = self.s
         d = os.path.join(self.root, "templates")
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, f"template-r{reserve}{'-' + vt.name if vt else ''}.db")
-        db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
-                             vfs="unix")
-        try:
+        with building(path, s.page_size, reserve) as db:
             if vt:
                 lsmvbt.load(db)
-            if reserve:
-                cell = ctypes.c_int(reserve)
-                db.file_control("main", SQLITE_FCNTL_RESERVE_BYTES, ctypes.addressof(cell))
-            db.execute(f"PRAGMA page_size={s.page_size}")
-            db.execute("PRAGMA journal_mode=DELETE")
-            db.execute("PRAGMA synchronous=OFF")
-            db.execute("BEGIN")
             value = record_value(s.record_size)
             for t in s.table_names():
                 db.execute(lsmvbt.create_sql(s, t, vt) if vt else create_table_sql(s, t))
@@ -177,28 +158,10 @@ class Bench:
                     db.executemany(f"INSERT INTO {t}(id, Value) VALUES(?, ?)",
                                    ((i, value) for i in range(1, s.prepopulate + 1)))
             if s.regime == "reused":
-                n = self._walfill_rows
-                db.execute(f"CREATE TABLE {WALFILL_TABLE}(x BLOB)")
-                db.executemany(f"INSERT INTO {WALFILL_TABLE}(x) VALUES(zeroblob(?))",
-                               ((s.page_size * 3 // 4,) for _ in range(n)))
-            db.execute("COMMIT")
-            pg = db.execute("PRAGMA page_size").fetchall()[0][0]
-            if pg != s.page_size:
-                raise BenchError(f"template: asked for page_size {s.page_size}, got {pg}")
-        finally:
-            db.close()
-        with open(path, "rb") as f:
-            header = f.read(100)
-        if header[20] != reserve:
-            raise BenchError(f"template: asked for {reserve} reserved bytes, got {header[20]}")
+                add_fill_table(db, self._walfill_rows, s.page_size)
         os.sync()
         self._templates[key] = path
         return path
-
-    def _reserve_for(self, spec: ModeSpec) -> int:
-        if spec.mode.kind == "waldio":
-            return RESERVE_FOR_EMBED if spec.layout == "embed" else 0
-        return self.s.stock_reserve
 
     # ------------------------------------------------------------------- run
 
@@ -348,7 +311,7 @@ class Bench:
         if s.regime == "reused":
             d["reused_fill_frames"] = self._walfill_rows
             d["reused_procedure"] = (
-                f"the template holds a table {WALFILL_TABLE} of {self._walfill_rows} one-page "
+                f"the template holds a table {FILL_TABLE} of {self._walfill_rows} one-page "
                 f"rows (zero blobs); before timing, one UPDATE rewrites all of it with new bytes "
                 f"(so the log holds more frames than the run writes), then PRAGMA "
                 f"wal_checkpoint(RESTART), so the run overwrites the log from its start")
@@ -428,7 +391,7 @@ class Bench:
         s = self.s
         T = s.threads
         ndb = 1 if s.shared_db else T
-        template = self._build_template(self._reserve_for(spec), spec)
+        template = self._build_template(reserve_for(spec, s.stock_reserve), spec)
         dbs = [os.path.join(d, "bench.db" if s.shared_db else f"bench-{i}.db") for i in range(ndb)]
         is_lsmvbt = spec.mode.kind == "lsmvbt"
         for p in dbs:
@@ -455,10 +418,7 @@ class Bench:
                     conns[t] = opener.open(dbs[self.plans[t].db_index])
             if s.regime == "reused":
                 for i, p in enumerate(dbs):
-                    c = conns[first_of_db[i]]
-                    # new bytes: SQLite skips writing a row whose content is unchanged
-                    c.run(f"UPDATE {WALFILL_TABLE} SET x = ?", (b"\x01" * (s.page_size * 3 // 4),))
-                    c.rows("PRAGMA wal_checkpoint(RESTART)")
+                    steady_state(conns[first_of_db[i]], s.page_size)
             if conns[0] is not None:
                 rep["settings"] = read_settings(conns[0], is_waldio)
                 rep["settings"]["read_on"] = "the run connection, before timing"
