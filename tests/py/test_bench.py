@@ -37,6 +37,7 @@ from waldio import fs as fsimage  # noqa: E402
 from waldio import params  # noqa: E402
 from waldio.bench import iostat  # noqa: E402
 from waldio.bench import results  # noqa: E402
+from waldio.bench.report import failure_lines  # noqa: E402
 
 TINY = ["--transactions", "20", "--repetitions", "1", "--warmup", "0"]
 
@@ -58,14 +59,7 @@ def run_engine(rundir: str, preset: str, modes: str, **overrides: Any) -> Dict[s
 
 
 def failures(doc: Dict[str, Any]) -> List[str]:
-    out = []
-    for m in doc["modes"]:
-        for r in m["repetitions"]:
-            if r["error"]:
-                out.append(f"{m['label']}: {r['error']}")
-            out += [f"{m['label']}: {i['name']}: expected {i['expected']!r}, got {i['actual']!r}"
-                    for i in r["checks"]["items"] if not i["ok"]]
-    return out
+    return [line for m in doc["modes"] for line in failure_lines(m["label"], m["repetitions"])]
 
 
 # --------------------------------------------------------------------------

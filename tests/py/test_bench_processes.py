@@ -34,6 +34,7 @@ from waldio import cli  # noqa: E402
 from waldio.bench import histogram as H  # noqa: E402
 from waldio.bench import processes as P  # noqa: E402
 from waldio.bench import results  # noqa: E402
+from waldio.bench.report import failure_lines  # noqa: E402
 from waldio.bench.process_workloads import WORKLOADS  # noqa: E402
 from waldio.bench.runner import process_env  # noqa: E402
 from waldio.bench.worker_pool import WorkerError, WorkerPool  # noqa: E402
@@ -51,15 +52,8 @@ def run_engine(rundir: str, modes: str, processes: List[int], workloads: List[st
 
 
 def failed_items(doc: Dict[str, Any]) -> List[str]:
-    out = []
-    for c in doc["cells"]:
-        for r in c["repetitions"]:
-            tag = f"{c['workload']} x{c['processes']} {c['mode']}"
-            if r["error"]:
-                out.append(f"{tag}: {r['error']}")
-            out += [f"{tag}: {i['name']}: expected {i['expected']!r}, got {i['actual']!r}"
-                    for i in r["checks"]["items"] if not i["ok"]]
-    return out
+    return [line for c in doc["cells"] for line in failure_lines(
+        f"{c['workload']} x{c['processes']} {c['mode']}", c["repetitions"])]
 
 
 # --------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import time
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from waldio import bench as B
 
@@ -340,20 +340,10 @@ def run_bench(args: argparse.Namespace) -> int:
                     + (f" ({pre.summary})" if pre else ""))
         out.wrapped(f"modes, in this order every round: {', '.join(labels)}; "
                     f"{settings.warmup} warm-up + {settings.repetitions} measured rounds")
-    size = args.fs_size or B.default_fs_size_mib(settings, args.fs)
-    try:
-        with B.open_target(args.fs, args.dir, size, runner.need_odirect()) as target:
-            if not args.quiet:
-                out.wrapped(f"target: {target.brief}")
-                out.line("")
-            with progress_reporter(err, enabled=not args.quiet,
-                                   total=rounds * len(modes)) as progress:
-                runner.progress = progress
-                doc = runner.run(target)
-    except B.BenchError as e:
-        print(f"waldio bench: error: {e}", file=sys.stderr)
+    doc = _run(args, out, err, runner, args.fs_size or B.default_fs_size_mib(settings, args.fs),
+               rounds * len(modes), t0)
+    if doc is None:
         return 3
-    doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
     return _finish(args, out, doc, summary=R.print_summary, failures=R.print_failures,
                    checklist=R.print_checklist, plot=_plot_bench)
 
@@ -405,20 +395,10 @@ def run_processes(args: argparse.Namespace) -> int:
                     f"{', '.join(workloads)}; {how}; modes {', '.join(bench.labels)}; "
                     f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
     cells = len(workloads) * len(ps.processes) * len(modes)
-    try:
-        with B.open_target(args.fs, args.dir, args.fs_size or P.DEFAULT_FS_MIB,
-                           bench.need_odirect()) as target:
-            if not args.quiet:
-                out.wrapped(f"target: {target.brief}")
-                out.line("")
-            with progress_reporter(err, enabled=not args.quiet,
-                                   total=(base.warmup + base.repetitions) * cells) as progress:
-                bench.progress = progress
-                doc = bench.run(target)
-    except B.BenchError as e:
-        print(f"waldio bench: error: {e}", file=sys.stderr)
+    doc = _run(args, out, err, bench, args.fs_size or P.DEFAULT_FS_MIB,
+               (base.warmup + base.repetitions) * cells, t0)
+    if doc is None:
         return 3
-    doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
     return _finish(args, out, doc, summary=PR.print_results, failures=PR.print_failures,
                    checklist=PR.print_checklist, plot=_plot_processes)
 
@@ -433,6 +413,25 @@ PROCESS_ARGS = ("phases", "transactions", "ops_per_txn", "record_size", "prepopu
 def _printers(args: argparse.Namespace) -> Tuple[Printer, Printer]:
     return (Printer(plain=args.plain or not sys.stdout.isatty()),
             Printer(plain=args.plain or not sys.stderr.isatty(), stream=sys.stderr))
+
+
+def _run(args: argparse.Namespace, out: Printer, err: Printer, engine: Any, size_mib: int,
+         steps: int, t0: float) -> Optional[Dict[str, Any]]:
+    """Run a Bench or a ProcessBench on the target with a progress bar; its document, or
+    None after an error that stopped it (printed)."""
+    try:
+        with B.open_target(args.fs, args.dir, size_mib, engine.need_odirect()) as target:
+            if not args.quiet:
+                out.wrapped(f"target: {target.brief}")
+                out.line("")
+            with progress_reporter(err, enabled=not args.quiet, total=steps) as progress:
+                engine.progress = progress
+                doc: Dict[str, Any] = engine.run(target)
+    except B.BenchError as e:
+        print(f"waldio bench: error: {e}", file=sys.stderr)
+        return None
+    doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
+    return doc
 
 
 def _have_matplotlib() -> bool:

@@ -19,7 +19,7 @@ from waldio import params as _params
 from . import verdict as V
 from .printer import Printer
 from .process_workloads import WORKLOADS
-from .report import check_cell, print_parameters
+from .report import check_cell, failure_lines, print_parameters
 
 RATE_NAME = {"insert": "commits/s", "update": "commits/s", "web": "requests/s"}
 
@@ -132,17 +132,9 @@ def print_results(out: Printer, doc: Dict[str, Any], headline: bool = True) -> N
 
 def print_failures(out: Printer, doc: Dict[str, Any]) -> None:
     for c in doc["cells"]:
-        for r in c["repetitions"]:
-            if r["ok"]:
-                continue
-            what = f"{c['workload']} x{c['processes']} {c['mode']} " + \
-                ("warm-up" if r["warmup"] else f"round {r['index']}")
-            if r.get("error"):
-                out.wrapped(f"FAILED {what}: {r['error']}")
-            for it in r["checks"]["items"]:
-                if not it["ok"]:
-                    out.wrapped(f"FAILED {what}: {it['name']}: expected {it['expected']!r}, "
-                                f"got {it['actual']!r}")
+        for line in failure_lines(f"{c['workload']} x{c['processes']} {c['mode']}",
+                                  c["repetitions"]):
+            out.wrapped(line)
 
 
 # ------------------------------------------------------------ the checklist

@@ -417,18 +417,24 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
             cols, rows)
 
 
+def failure_lines(tag: str, reps: List[Dict[str, Any]]) -> List[str]:
+    """``FAILED <tag> <round>: <why>`` for every error and failed check of ``reps``."""
+    out = []
+    for r in reps:
+        if r["ok"]:
+            continue
+        what = f"{tag} " + ("warm-up" if r["warmup"] else f"round {r['index']}")
+        if r.get("error"):
+            out.append(f"FAILED {what}: {r['error']}")
+        out += [f"FAILED {what}: {it['name']}: expected {it['expected']!r}, got "
+                f"{it['actual']!r}" for it in r["checks"]["items"] if not it["ok"]]
+    return out
+
+
 def print_failures(out: Printer, doc: Dict[str, Any]) -> None:
     for m in doc["modes"]:
-        for r in m["repetitions"]:
-            if r["ok"]:
-                continue
-            what = "warm-up" if r["warmup"] else f"round {r['index']}"
-            if r.get("error"):
-                out.wrapped(f"FAILED {m['label']} {what}: {r['error']}")
-            for it in r["checks"]["items"]:
-                if not it["ok"]:
-                    out.wrapped(f"FAILED {m['label']} {what}: {it['name']}: expected "
-                                f"{it['expected']!r}, got {it['actual']!r}")
+        for line in failure_lines(m["label"], m["repetitions"]):
+            out.wrapped(line)
 
 
 def _first_settings(m: Dict[str, Any]) -> Dict[str, Any]:
