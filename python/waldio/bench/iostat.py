@@ -148,6 +148,14 @@ class Snapshot:
         self.cpu = read_cpu_ticks()
 
 
+def device_windows(devices: List[Device], s0: Snapshot, s1: Snapshot, s2: Snapshot
+                   ) -> List[Dict[str, Any]]:
+    """Per device, what it did in the timed window (s0..s1) and the total one (s0..s2)."""
+    return [{"name": dv.name, "role": dv.role, "kind": dv.kind,
+             "timed": device_delta(s0.dev[i], s1.dev[i]),
+             "total": device_delta(s0.dev[i], s2.dev[i])} for i, dv in enumerate(devices)]
+
+
 DROP_CACHES = "/proc/sys/vm/drop_caches"
 
 

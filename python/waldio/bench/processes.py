@@ -42,19 +42,19 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from waldio import params as _params
 
 from . import histogram
-from .iostat import Snapshot, cpu_busy_share, device_delta, devices_for, settle
+from .iostat import Snapshot, cpu_busy_share, device_windows, devices_for, settle
 from .modes import ModeSpec
 from .process_workloads import WORKLOADS, Shape, expected_select_rows
 from .provenance import timestamp, tool_info
 from .settings import BenchError, Settings
 from .sqlite_env import Opener, SqliteEnv
-from .stats import pair_ratios, summarize
+from .stats import pair_ratios, sum_counters, summarize
 from .target import Target
 from .template import FILL_TABLE, add_fill_table, building, fill_bytes, reserve_for
 from .worker_pool import WorkerError, WorkerPool
@@ -89,7 +89,6 @@ class ProcessSettings:
     rows: Optional[int] = None                         # pre-populated rows (default: workload's)
     ops_per_txn: int = DEFAULT_UPDATES_PER_TXN         # updates per transaction (update)
     statements: str = "prepared"
-    notes: List[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.processes or any(n < 1 for n in self.processes):
@@ -293,7 +292,7 @@ class ProcessBench:
         d["sqlite_builds"] = {b: self.env.version(b) for b in
                               sorted({m.sqlite or "apsw" for m in self.modes})}
         d["waldio_extension"] = dict(self.env.extensions)
-        d["notes"] = list(ps.notes) + list(s.notes)
+        d["notes"] = list(s.notes)
         return d
 
     def _mode_doc(self, spec: ModeSpec, opener: Opener) -> Dict[str, Any]:
@@ -418,24 +417,14 @@ class ProcessBench:
         rep["hist"] = {k: histogram.merge(r["hist"][k] for r in results) for k in kinds}
         rep["latency"] = {"all": histogram.summary(histogram.merge(rep["hist"].values())),
                           "kinds": {k: histogram.summary(h) for k, h in rep["hist"].items()}}
-        devs = []
-        for i, dv in enumerate(self.devices):
-            devs.append({"name": dv.name, "role": dv.role, "kind": dv.kind,
-                         "timed": device_delta(s0.dev[i], s1.dev[i]),
-                         "total": device_delta(s0.dev[i], s2.dev[i])})
-        rep["io"] = {"devices": devs}
+        rep["io"] = {"devices": device_windows(self.devices, s0, s1, s2)}
         cpu_s = sum(r["cpu_s"] for r in results)
         rep["cpu"] = {"process_cpu_s": round(cpu_s, 6),
                       "cpu_us_per_txn": cpu_s * 1e6 / total if total else None,
                       "machine_busy": cpu_busy_share(s0.cpu, s1.cpu)}
         stats = [r["waldio_stats"] for r in results if r["waldio_stats"]]
         if stats:
-            summed: Dict[str, Any] = {}
-            for st in stats:
-                for k, v in st.items():
-                    if isinstance(v, (int, float)) and not isinstance(v, bool):
-                        summed[k] = summed.get(k, 0) + v
-            rep["waldio_stats"] = summed
+            rep["waldio_stats"] = sum_counters(stats)
 
     def _check(self, rep: Dict[str, Any], spec: ModeSpec, opener: Opener, workload: str,
                db: str, ready: List[Dict[str, Any]], results: List[Dict[str, Any]],

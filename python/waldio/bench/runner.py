@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from waldio import params as _params
 
 from . import lsmvbt
-from .iostat import (DROP_CACHES, Device, Snapshot, cpu_busy_share, device_delta, devices_for,
+from .iostat import (DROP_CACHES, Device, Snapshot, cpu_busy_share, device_windows, devices_for,
                      proc_delta, settle, sync_dir)
 from .modes import RAW_APPEND_BYTES, RAW_BLOCK, ModeSpec
 from .calibrate import Subject, calibrate
@@ -45,7 +45,7 @@ from .settings import (
     parse_size,
 )
 from .sqlite_env import Opener, SqliteEnv, read_settings
-from .stats import latency_summary, pair_ratios, summarize
+from .stats import latency_summary, pair_ratios, sum_counters, summarize
 from .target import Target
 from .template import FILL_TABLE, add_fill_table, building, reserve_for, steady_state
 
@@ -494,7 +494,7 @@ class Bench:
                 if conns[0] is not None:
                     stats = [json.loads(conns[t].rows("PRAGMA waldio_stats")[0][0])
                              for t in first_of_db]
-                    rep["waldio_stats"] = _sum_stats(stats)
+                    rep["waldio_stats"] = sum_counters(stats)
                     rep["waldio_stats_note"] = (
                         "PRAGMA waldio_stats of each database's log (summed over "
                         f"{ndb} database{'s' if ndb > 1 else ''}), reset before and read after "
@@ -506,7 +506,7 @@ class Bench:
                         + (" after every transaction (open-close regime)" if per_txn_open else ""))
             if lsm_before is not None and conns[0] is not None:
                 after = [lsmvbt.stats(conns[t], s.table_names()) for t in first_of_db]
-                rep["waldio_stats"] = _sum_stats([lsmvbt.stats_delta(a, b)
+                rep["waldio_stats"] = sum_counters([lsmvbt.stats_delta(a, b)
                                                   for a, b in zip(after, lsm_before)])
                 rep["waldio_stats_note"] = (
                     "lsmvbt_stats() of every table (the LS-MVBT engine's counters; flushes = "
@@ -702,12 +702,7 @@ class Bench:
         return doc
 
     def _io_doc(self, s0: Snapshot, s1: Snapshot, s2: Snapshot) -> Dict[str, Any]:
-        devs = []
-        for i, dv in enumerate(self.devices):
-            devs.append({"name": dv.name, "role": dv.role, "kind": dv.kind,
-                         "timed": device_delta(s0.dev[i], s1.dev[i]),
-                         "total": device_delta(s0.dev[i], s2.dev[i])})
-        return {"devices": devs,
+        return {"devices": device_windows(self.devices, s0, s1, s2),
                 "process": {"timed": proc_delta(s0.proc, s1.proc),
                             "total": proc_delta(s0.proc, s2.proc)},
                 "machine_busy": cpu_busy_share(s0.cpu, s1.cpu)}
@@ -1070,15 +1065,6 @@ def _file_size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-def _sum_stats(stats: List[Dict[str, Any]]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for st in stats:
-        for k, v in st.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[k] = out.get(k, 0) + v
-    return out
 
 
 def _zero_fill(fd: int, nbytes: int) -> None:
