@@ -20,6 +20,7 @@
 #ifndef WALDIO_VFS_INTERNAL_H
 #define WALDIO_VFS_INTERNAL_H
 
+#include "flush_region.h"
 #include "sqlite_api.h"
 #include "syscalls.h"
 #include "wal_index.h"
@@ -59,7 +60,9 @@ typedef struct waldio_db_file {
   volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
   wal_index_view view;       /* the regions mapped (read-ahead advice) */
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
-                             ** waldio's wal-index, "<db>-wal-shm" */
+                             ** waldio's wal-index, "<db>-wal-shm": region 0
+                             ** the flush region, SQLite's regions after it */
+  volatile flush_region *pFlush;   /* mapped on first need, or NULL */
   const char *zShmHostName;
   /* The lower VFS's file object follows in memory. */
 } waldio_db_file;
@@ -81,8 +84,13 @@ struct waldio_wal_file {
   int spilled;               /* this transaction wrote frames before its
                              ** commit (a large one): it commits buffered */
   int wroteSinceBarrier;     /* frames written since the last publication */
-  u64 commitSeq;             /* group mode: the last commit appended, until
+  u64 commitSeq;             /* group mode: the last commit appended (solo)
+                             ** or its ticket (shared), until
                              ** COMMIT_PHASETWO has waited for it */
+  u64 ticket;                /* the last commit's flush_region ticket */
+  int commitShared;          /* commitSeq is a flush_region ticket */
+  u64 commitWriteSeq;        /* ... and the log's writeSeq after its write */
+  int wroteUnderLock;        /* a write since the WAL write lock was taken */
   int inCommit;              /* group mode: between the commit frame and the
                              ** commit's publication (its xSync is skipped) */
   int closeClean;            /* fully checkpointed at close: mark empty */
@@ -99,6 +107,10 @@ waldio_db_file *waldio_db_of(sqlite3_file *pTop);
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
 /* Decide (once the file holds a header) whether p passes through. */
 int waldio_db_passthrough(waldio_db_file *p);
+/* The flush region shared by every process (flush_region.h), mapped on
+** first use; NULL (with *pRc set on an error) where there is none: a
+** heap-memory wal-index has no other process to share with. */
+volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc);
 int waldio_db_sync_level(const waldio_db_file *p);
 
 /* wal_file.c */
@@ -111,6 +123,11 @@ int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
 ** the application may see the commit. */
 int waldio_wal_barrier(waldio_wal_file *p);
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
+
+/* xSleep, as SQLite's busy handler calls it right after this thread's
+** group-mode write lock attempt failed: sleep until the WAL write lock is
+** released instead (at most us), and return 1; else 0 (sleep normally). */
+int waldio_busy_sleep(waldio_vfs *v, int us);
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);

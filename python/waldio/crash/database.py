@@ -6,6 +6,7 @@ Also where the crash tools' compiled parts are (:func:`recorder_path`,
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import urllib.parse
 from pathlib import Path
@@ -21,6 +22,55 @@ from .workload import SCHEMA, Step, apsw_module, make_steps, setup_sql
 def recorder_path() -> Path:
     """recorder.so (waldio.library: $WALDIO_RECORDER, the package, build/crash/)."""
     return library.find(library.RECORDER)
+
+
+def load_recorder() -> None:
+    """Register the recorder VFS in apsw's SQLite (below waldio: load it first)."""
+    apsw = apsw_module()
+    c = apsw.Connection(":memory:")
+    c.enable_load_extension(True)
+    c.load_extension(str(recorder_path()), "sqlite3_recorder_init")
+    c.close()
+
+
+def control_connection() -> Any:
+    """An in-memory connection to call the recorder's SQL functions on."""
+    return apsw_module().Connection(":memory:")
+
+
+# During a recording on the real kernel (`waldio crash --real`, real/record.py)
+# this names the block recorder's control file: every mark is also logged
+# there, so each acknowledgement has its place in the block log too.
+BLOCK_CTL_ENV = "WALDIO_CRASH_BLOCK_CTL"
+
+
+def mark(ctl: Any, name: str, value: int) -> None:
+    """Log a mark (recorder_mark) in the event log, and in the block log when
+    $WALDIO_CRASH_BLOCK_CTL names one: after the event-log mark, so both
+    follow whatever the mark stands for."""
+    ctl.execute("SELECT recorder_mark(?, ?)", (name, value)).fetchall()
+    block_ctl = os.environ.get(BLOCK_CTL_ENV)
+    if block_ctl:
+        fd = os.open(block_ctl, os.O_WRONLY)
+        try:
+            os.write(fd, ("%s %d\n" % (name, value)).encode())
+        finally:
+            os.close(fd)
+
+
+def make_base_durable(live: Path, ctl: Any) -> None:
+    """On the real kernel: the base database is durable before the run (a
+    syncfs of its file system), and the block log marks where the run begins
+    (after the marks of what the base already holds)."""
+    if not os.environ.get(BLOCK_CTL_ENV):
+        return
+    fd = os.open(live, os.O_RDONLY)
+    try:
+        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
+            raise OSError(ctypes.get_errno(), "syncfs(%s)" % live)
+    finally:
+        os.close(fd)
+    mark(ctl, "base", 0)
 
 
 def fuzz_binary_path() -> Optional[Path]:

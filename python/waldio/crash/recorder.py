@@ -7,7 +7,6 @@ completion order, with an ``ack`` mark after each acknowledged transaction.
 """
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -21,7 +20,14 @@ from typing import Any, Dict, Optional
 
 import waldio
 
-from .database import Runner, make_base, recorder_path
+from .database import (
+    Runner,
+    control_connection,
+    load_recorder,
+    make_base,
+    make_base_durable,
+    mark,
+)
 from .events import commit_order, mark_name, parse_events
 from .modes import get_mode
 from .workload import (
@@ -41,14 +47,6 @@ def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-def load_recorder() -> None:
-    apsw = apsw_module()
-    c = apsw.Connection(":memory:")
-    c.enable_load_extension(True)
-    c.load_extension(str(recorder_path()), "sqlite3_recorder_init")
-    c.close()
-
-
 def hook_lsmvbt() -> None:
     """Load lsmvbt.so (after the recorder: its VFS copies the recorder) and hook its
     system calls, so that the engine's writes, syncs and renames are recorded."""
@@ -59,45 +57,6 @@ def hook_lsmvbt() -> None:
     c.close()
     if hooked < 8:
         raise SystemExit("recorder_hook_waldio('lsmvbt') hooked only %s system calls" % hooked)
-
-
-def control_connection() -> Any:
-    return apsw_module().Connection(":memory:")
-
-
-# During a recording on the real kernel (`waldio crash --real`, real/record.py)
-# this names the block recorder's control file: every mark is also logged
-# there, so each acknowledgement has its place in the block log too.
-BLOCK_CTL_ENV = "WALDIO_CRASH_BLOCK_CTL"
-
-
-def mark(ctl: Any, name: str, value: int) -> None:
-    """Log a mark (recorder_mark) in the event log, and in the block log when
-    $WALDIO_CRASH_BLOCK_CTL names one: after the event-log mark, so both
-    follow whatever the mark stands for."""
-    ctl.execute("SELECT recorder_mark(?, ?)", (name, value)).fetchall()
-    block_ctl = os.environ.get(BLOCK_CTL_ENV)
-    if block_ctl:
-        fd = os.open(block_ctl, os.O_WRONLY)
-        try:
-            os.write(fd, ("%s %d\n" % (name, value)).encode())
-        finally:
-            os.close(fd)
-
-
-def make_base_durable(live: Path, ctl: Any) -> None:
-    """On the real kernel: the base database is durable before the run (a
-    syncfs of its file system), and the block log marks where the run begins
-    (after the marks of what the base already holds)."""
-    if not os.environ.get(BLOCK_CTL_ENV):
-        return
-    fd = os.open(live, os.O_RDONLY)
-    try:
-        if ctypes.CDLL(None, use_errno=True).syncfs(fd) != 0:
-            raise OSError(ctypes.get_errno(), "syncfs(%s)" % live)
-    finally:
-        os.close(fd)
-    mark(ctl, "base", 0)
 
 
 class RecordingError(RuntimeError):

@@ -94,7 +94,7 @@ def _init_worker() -> None:
     """A checker process: the crash recorder below waldio with its syncs
     switched off (the state copies are thrown away), as the model's checkers."""
     import waldio
-    from ..recorder import control_connection, load_recorder
+    from ..database import control_connection, load_recorder
     load_recorder()
     waldio.load()
     ctl = control_connection()

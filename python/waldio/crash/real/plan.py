@@ -8,9 +8,8 @@ that is expected to lose acknowledged commits: its losses are counted and
 reported, and they never fail a campaign; the campaign fails if a control
 never loses (the method would be blind).
 
-Adding the two-process group-durable run, once libwaldio lets two processes
-open a database with ``PRAGMA waldio_group=durable``, is one more row:
-``RealRun("waldio-group-durable", "two-procs")``.
+The two-process group-durable run is one row like the others: the workload
+runner (``..procs``) starts the processes, each marks its own commits.
 """
 from __future__ import annotations
 
@@ -51,6 +50,8 @@ RUNS: List[RealRun] = [
     # A live standard WAL, converted by waldio's first open (rename).
     RealRun("waldio-from-stock", "mixed"),
     RealRun("waldio-full", "two-procs"),
+    # Two processes sharing group commit (one flush for the commits of both).
+    RealRun("waldio-group-durable", "two-procs"),
     RealRun("wal-full", "mixed"),
     RealRun("wal-full", "growth", image_mb=48),
     RealRun("wal-normal", "mixed", control=True),
@@ -73,6 +74,6 @@ def select(modes: Sequence[str] = (), workloads: Sequence[str] = ()) -> List[Rea
             if any(r.mode == m and r.workload == w for r in runs) \
                     or not mode_runs_workload(m, w):
                 continue
-            runs.append(RealRun(m, w, control=get_mode(m).power_contract == "none",
+            runs.append(RealRun(m, w, control=get_mode(m).testonly,
                                 image_mb=48 if w == "growth" else 32))
     return runs

@@ -36,7 +36,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Dict
 
-from ..recorder import BLOCK_CTL_ENV, RecordingError, record
+from ..database import BLOCK_CTL_ENV
+from ..recorder import RecordingError, record
 from ..states import write_sparse
 from . import blocklog, machine
 from .plan import RealRun
