@@ -104,7 +104,7 @@ class StateChecker:
             with machine.loop_device(self.image_path) as dev:
                 with machine.mounted(dev, self.mnt):
                     got.files = read_dir(self.mnt / DB_DIR)
-        except machine.MachineError as e:
+        except machine.FAILURES as e:
             got.mount_error = str(e)
         if not got.mount_error:
             got.fsck = machine.fsck_check(self.image_path)

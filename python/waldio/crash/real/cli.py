@@ -67,6 +67,12 @@ def main(args: argparse.Namespace, log: Callable[[str], None], finish: Finish) -
                                        "recording_failed": e.short()})
                 failed = True
                 continue
+            except machine.FAILURES as e:
+                print("MACHINE FAILURE %s: %s" % (run.name, e))
+                report["runs"].append({"mode": run.mode, "workload": run.workload,
+                                       "recording_failed": str(e)[:300]})
+                failed = True
+                continue
         report["runs"].append(res.to_json())
         if res.failures and not run.control:
             failed = True

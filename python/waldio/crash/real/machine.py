@@ -3,9 +3,10 @@ recorder, loop devices, mounts, e2fsck.
 
 Every resource is a context manager that removes what it created in
 ``finally`` (a FUSE mount, a loop device, a mount), also when the body
-raises, so a failed recording or check leaves nothing behind. Every external
-command goes through :func:`run`, which raises :class:`MachineError` with the
-command and its output. Loop devices are allocated with ``losetup -f``, never
+raises, so a failed recording or check leaves nothing behind. External
+commands run through :func:`waldio.fs.commands.run_command` (CommandError
+names the command and its output); the recorder process failing raises
+:class:`MachineError`. Loop devices are allocated with ``losetup -f``, never
 by number.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Iterator, List, Optional, Sequence
 
 from waldio import library
+from waldio.fs.commands import CommandError, run_command
 
 # The ext4 under test: 4 KiB blocks, the journal and inode tables written by
 # mkfs (so the kernel's lazy-init thread never writes behind the workload's
@@ -60,40 +62,28 @@ def unavailable_reason() -> Optional[str]:
     return None
 
 
-def run(cmd: Sequence[str], *, ok: Sequence[int] = (0,), timeout: float = 120,
-        input_text: Optional[str] = None) -> subprocess.CompletedProcess:
-    """Run a command; MachineError unless its exit status is in ok."""
-    try:
-        p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout,
-                           input=input_text)
-    except subprocess.TimeoutExpired as e:
-        raise MachineError("%s: timed out after %g s" % (" ".join(cmd), timeout)) from e
-    if p.returncode not in ok:
-        raise MachineError("%s: exit %d: %s" % (" ".join(cmd), p.returncode,
-                                                (p.stderr or p.stdout).strip()[-800:]))
-    return p
+# What a failed setup raises: a command that failed (waldio.fs.commands, the
+# one place the tools run external programs), or the recorder that did.
+FAILURES = (MachineError, CommandError)
 
 
-def _retry(cmd: Sequence[str], tries: int = 50, pause: float = 0.05) -> None:
+def _retry(cmd: Sequence[str], tries: int = 200, pause: float = 0.05) -> None:
     """Undo a resource: retry while it is busy (udev probing a loop device,
-    a process that has not let go of a mount yet)."""
-    last: Optional[MachineError] = None
-    for _ in range(tries):
-        try:
-            run(cmd)
+    a process that has not let go of a mount yet), for up to 10 s."""
+    for attempt in range(tries):
+        proc = run_command(cmd, check=False)
+        if proc.returncode == 0:
             return
-        except MachineError as e:
-            last = e
-            time.sleep(pause)
-    assert last is not None
-    raise last
+        if attempt == tries - 1:
+            raise CommandError(cmd, proc.returncode, proc.stdout, proc.stderr)
+        time.sleep(pause)
 
 
 def mkfs(image: Path, size: int) -> None:
     """A fresh, sparse ext4 image of size bytes."""
     with open(image, "wb") as f:
         f.truncate(size)
-    run(["mkfs.ext4", "-q", "-F", *MKFS_OPTIONS, str(image)])
+    run_command(["mkfs.ext4", "-q", "-F", *MKFS_OPTIONS, str(image)])
 
 
 @contextmanager
@@ -145,7 +135,7 @@ def loop_device(backing: Path, direct_io: bool = False) -> Iterator[str]:
     args = ["losetup", "-f", "--show"]
     if direct_io:
         args.append("--direct-io=on")
-    dev = run(args + [str(backing)]).stdout.strip()
+    dev = run_command(args + [str(backing)]).stdout.strip()
     if not dev.startswith("/dev/loop"):
         raise MachineError("losetup gave %r" % dev)
     try:
@@ -158,7 +148,7 @@ def loop_device(backing: Path, direct_io: bool = False) -> Iterator[str]:
 def mounted(dev: str, mountpoint: Path, options: str = MOUNT_OPTIONS) -> Iterator[Path]:
     """ext4 on dev at mountpoint; unmounted at exit."""
     mountpoint.mkdir(parents=True, exist_ok=True)
-    run(["mount", "-t", "ext4", "-o", options, dev, str(mountpoint)])
+    run_command(["mount", "-t", "ext4", "-o", options, dev, str(mountpoint)])
     try:
         yield mountpoint
     finally:
@@ -167,7 +157,7 @@ def mounted(dev: str, mountpoint: Path, options: str = MOUNT_OPTIONS) -> Iterato
 
 def fsck_check(image: Path) -> List[str]:
     """e2fsck -fn: [] if the file system is clean, else its complaints."""
-    p = run(["e2fsck", "-fn", str(image)], ok=range(0, 256))
+    p = run_command(["e2fsck", "-fn", str(image)], check=False)
     if p.returncode == 0:
         return []
     lines = [l for l in (p.stdout + p.stderr).splitlines()

@@ -66,7 +66,11 @@ def select(modes: Sequence[str] = (), workloads: Sequence[str] = ()) -> List[Rea
     runs = [r for r in RUNS if (not modes or r.mode in modes)
             and (not workloads or r.workload in workloads)]
     for m in modes:
-        get_mode(m)                               # KeyError: unknown mode
+        mode = get_mode(m)                        # KeyError: unknown mode
+        if mode.lsmvbt or "committed" in (mode.kill_contract, mode.os_contract,
+                                          mode.power_contract):
+            raise KeyError("mode %r is not checked on the real kernel (LS-MVBT, or a contract "
+                           "read from the log's commit frames): use the model's campaign" % m)
         for w in workloads or ("mixed",):
             if w not in WORKLOADS:
                 raise KeyError("unknown workload %r (expected one of %s)"

@@ -75,7 +75,7 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
                 loop_direct_io: bool = False, keep_image: bool = False,
                 log: Callable[[str], None] = lambda s: None) -> Path:
     """Record one run into out_dir. RecordingError if the workload failed;
-    machine.MachineError if the machinery did."""
+    one of machine.FAILURES if the machinery did."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
