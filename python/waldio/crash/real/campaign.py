@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import statistics
 import tempfile
 import time
@@ -92,7 +93,10 @@ _RECORDINGS: Dict[str, RealRecording] = {}      # per checker process
 
 def _init_worker() -> None:
     """A checker process: the crash recorder below waldio with its syncs
-    switched off (the state copies are thrown away), as the model's checkers."""
+    switched off (the state copies are thrown away), as the model's checkers.
+    SIGTERM (Pool.terminate, a campaign stopped) becomes SystemExit, so the
+    finally blocks unmount and detach what the check had set up."""
+    signal.signal(signal.SIGTERM, exit_on_term)
     import waldio
     from ..database import control_connection, load_recorder
     load_recorder()
@@ -100,6 +104,10 @@ def _init_worker() -> None:
     ctl = control_connection()
     ctl.execute("SELECT recorder_hook_waldio('waldio')").fetchall()
     ctl.execute("SELECT recorder_config('no_sync', 1)").fetchall()
+
+
+def exit_on_term(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _check_chunk(args: Tuple[str, List[str], str, bool]) -> List[Dict[str, Any]]:

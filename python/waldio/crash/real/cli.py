@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from contextlib import contextmanager
@@ -18,7 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional
 
 from ..recorder import RecordingError
 from . import machine, plan
-from .campaign import replay, run_real_campaign
+from .campaign import exit_on_term, replay, run_real_campaign
 
 
 Finish = Callable[[Dict[str, Any], bool, Optional[Path], Callable[[Dict[str, Any]], str]], int]
@@ -31,6 +32,9 @@ def main(args: argparse.Namespace, log: Callable[[str], None], finish: Finish) -
     if reason:
         print("waldio crash --real: cannot run here: %s" % reason, file=sys.stderr)
         return 2
+    # A campaign stopped with SIGTERM unmounts and detaches what it set up
+    # (the finally blocks of machine.py; the checkers do the same).
+    signal.signal(signal.SIGTERM, exit_on_term)
     if args.replay:
         ok, text = replay(args.replay, out_root=args.out, keep=args.keep, log=log)
         print(text)

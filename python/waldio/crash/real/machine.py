@@ -131,17 +131,35 @@ def block_recorder(image: Path, log: Path, mountpoint: Path,
 
 @contextmanager
 def loop_device(backing: Path, direct_io: bool = False) -> Iterator[str]:
-    """A loop device over backing (losetup -f); detached at exit."""
+    """A loop device over backing (losetup -f); detached at exit. Every loop
+    device backed by this file is detached, so one attached by a losetup that
+    an exception (SIGTERM) interrupted is not left behind either."""
     args = ["losetup", "-f", "--show"]
     if direct_io:
         args.append("--direct-io=on")
-    dev = run_command(args + [str(backing)]).stdout.strip()
-    if not dev.startswith("/dev/loop"):
-        raise MachineError("losetup gave %r" % dev)
     try:
+        dev = run_command(args + [str(backing)]).stdout.strip()
+        if not dev.startswith("/dev/loop"):
+            raise MachineError("losetup gave %r" % dev)
         yield dev
     finally:
-        _retry(["losetup", "-d", dev])
+        for d in loop_devices_of(backing):
+            _retry(["losetup", "-d", d])
+
+
+def loop_devices_of(backing: Path) -> List[str]:
+    """The loop devices whose backing file is this one."""
+    want = os.path.realpath(backing)
+    out = []
+    for name in sorted(os.listdir("/sys/block")):
+        try:
+            with open("/sys/block/%s/loop/backing_file" % name) as f:
+                got = f.read().strip()
+        except OSError:
+            continue
+        if got.removesuffix(" (deleted)") == want:
+            out.append("/dev/" + name)
+    return out
 
 
 @contextmanager
