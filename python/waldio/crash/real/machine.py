@@ -68,8 +68,8 @@ FAILURES = (MachineError, CommandError)
 
 
 def _retry(cmd: Sequence[str], tries: int = 200, pause: float = 0.05) -> None:
-    """Undo a resource: retry while it is busy (udev probing a loop device,
-    a process that has not let go of a mount yet), for up to 10 s."""
+    """Unmount: retry while busy (a process that has not let go of the mount
+    yet, the loop device over a FUSE file not yet released), up to 10 s."""
     for attempt in range(tries):
         proc = run_command(cmd, check=False)
         if proc.returncode == 0:
@@ -131,24 +131,36 @@ def block_recorder(image: Path, log: Path, mountpoint: Path,
 
 @contextmanager
 def loop_device(backing: Path, direct_io: bool = False) -> Iterator[str]:
-    """A loop device over backing (losetup -f); detached at exit. Every loop
-    device backed by this file is detached, so one attached by a losetup that
-    an exception (SIGTERM) interrupted is not left behind either."""
+    """A loop device over backing (losetup -f); detached at exit. If losetup
+    itself was interrupted (SIGTERM), the devices it may have attached to
+    this file are detached all the same."""
     args = ["losetup", "-f", "--show"]
     if direct_io:
         args.append("--direct-io=on")
+    dev = ""
     try:
         dev = run_command(args + [str(backing)]).stdout.strip()
         if not dev.startswith("/dev/loop"):
             raise MachineError("losetup gave %r" % dev)
         yield dev
     finally:
-        for d in loop_devices_of(backing):
-            _retry(["losetup", "-d", d])
+        # Only our own device: a detach the kernel defers (udev still has it
+        # open) frees it later, and by then it may be someone else's.
+        for d in [dev] if dev.startswith("/dev/loop") else loop_devices_of(backing):
+            _detach(d)
+
+
+def _detach(dev: str) -> None:
+    """losetup -d, once: the kernel defers the detach while the device is
+    still open (udev probing it), so it does not fail for being busy; and a
+    retry could detach the device after someone else attached it again."""
+    proc = run_command(["losetup", "-d", dev], check=False)
+    if proc.returncode != 0 and "No such device" not in proc.stderr:
+        raise CommandError(["losetup", "-d", dev], proc.returncode, proc.stdout, proc.stderr)
 
 
 def loop_devices_of(backing: Path) -> List[str]:
-    """The loop devices whose backing file is this one."""
+    """The loop devices bound to this file (as it is now, not a deleted one)."""
     want = os.path.realpath(backing)
     out = []
     for name in sorted(os.listdir("/sys/block")):
@@ -157,7 +169,7 @@ def loop_devices_of(backing: Path) -> List[str]:
                 got = f.read().strip()
         except OSError:
             continue
-        if got.removesuffix(" (deleted)") == want:
+        if got == want:
             out.append("/dev/" + name)
     return out
 
