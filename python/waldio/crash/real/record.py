@@ -123,9 +123,5 @@ def record_real(run: RealRun, seed: int, txns: int, out_dir: Path, *,
     return out_dir
 
 
-def load_meta(rec_dir: Path) -> Dict[str, Any]:
-    return json.loads((Path(rec_dir) / META).read_text())
-
-
 def file_recording_dir(rec_dir: Path) -> Path:
     return Path(rec_dir) / FILE_REC
