@@ -178,7 +178,7 @@ static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
     return rc;
   }
   __atomic_add_fetch(&r->flushes, 1, __ATOMIC_SEQ_CST);
-  log_count_group_write(pLog);
+  log_count_group(pLog, LOG_GROUP_WRITE);
   flush_region_covered(r, upto);
   return SQLITE_OK;
 }
@@ -253,7 +253,7 @@ int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   u32 seen;
   int rc;
   if( load64(&r->durable)>=ticket ) return SQLITE_OK;
-  log_count_group_wait(pLog);
+  log_count_group(pLog, LOG_GROUP_WAIT);
   for(;;){
     seen = load32(w);
     if( load64(&r->durable)>=ticket ) return SQLITE_OK;

@@ -247,7 +247,7 @@ static int commit_shared(waldio_wal_file *p){
    || !shared_group_commit(p) ){
     return rc;
   }
-  log_count_group_commit(p->pLog);
+  log_count_group(p->pLog, LOG_GROUP_COMMIT);
   p->commitSeq = p->ticket;
   p->commitShared = 1;
   p->commitWriteSeq = log_write_seq(p->pLog);

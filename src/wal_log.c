@@ -767,21 +767,13 @@ void log_get_stats(waldio_log *pLog, waldio_stats *pOut){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
-void log_count_group_commit(waldio_log *pLog){
+void log_count_group(waldio_log *pLog, int what){
   pthread_mutex_lock(&pLog->mutex);
-  pLog->stats.group_commits++;
-  pthread_mutex_unlock(&pLog->mutex);
-}
-
-void log_count_group_write(waldio_log *pLog){
-  pthread_mutex_lock(&pLog->mutex);
-  pLog->stats.group_writes++;
-  pthread_mutex_unlock(&pLog->mutex);
-}
-
-void log_count_group_wait(waldio_log *pLog){
-  pthread_mutex_lock(&pLog->mutex);
-  pLog->stats.group_waits++;
+  switch( what ){
+    case LOG_GROUP_COMMIT: pLog->stats.group_commits++; break;
+    case LOG_GROUP_WRITE:  pLog->stats.group_writes++;  break;
+    default:               pLog->stats.group_waits++;   break;
+  }
   pthread_mutex_unlock(&pLog->mutex);
 }
 

@@ -284,9 +284,9 @@ int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
                           int *pFlushed);
 
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
-void log_count_group_commit(waldio_log *pLog);
-void log_count_group_write(waldio_log *pLog);
-void log_count_group_wait(waldio_log *pLog);
+/* Count a group commit, group write (or shared flush) or wait. */
+enum { LOG_GROUP_COMMIT, LOG_GROUP_WRITE, LOG_GROUP_WAIT };
+void log_count_group(waldio_log *pLog, int what);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);
 
