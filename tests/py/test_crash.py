@@ -318,6 +318,33 @@ def test_model_reorders_drops_and_tears(tmp_path: Path) -> None:
         assert a[1024:1536] in (b"z" * 512, bytes(512)) and a[1536:] in (b"z" * 512, bytes(512))
 
 
+def test_model_writes_back_page_cache_writes_page_by_page(tmp_path: Path) -> None:
+    """A completed, unsynced page-cache write of three pages can survive in
+    part: some of its 4 KiB pages (the kernel writes back page by page; the
+    real-kernel campaign found such states, docs/crash.md §8), and under
+    power loss one of them torn at 512-byte sectors."""
+    L = Log(tmp_path, {"a": bytes(3 * 4096)})
+    L.open(1, "a")
+    last = L.write(1, 0, b"p" * (3 * 4096), crash.PAGE)
+    rec = L.done()
+    os_pages, power_torn = set(), False
+    for r in range(80):
+        for model in ("os", "power"):
+            a = image(rec, "%s:%d:pages:%d" % (model, last, r))["a"]
+            assert len(a) == 3 * 4096
+            pages = [a[i * 4096:(i + 1) * 4096] for i in range(3)]
+            sectors = {a[i:i + 512] for i in range(0, len(a), 512)}
+            assert sectors <= {b"p" * 512, bytes(512)}       # never a torn sector
+            if model == "os":
+                assert all(pg in (b"p" * 4096, bytes(4096)) for pg in pages)
+                os_pages.add(tuple(pg == b"p" * 4096 for pg in pages))
+            else:
+                power_torn |= any(pg not in (b"p" * 4096, bytes(4096)) for pg in pages)
+    # Some pages of the write without the others; and torn pages.
+    assert len(os_pages - {(True, True, True), (False, False, False)}) >= 2
+    assert power_torn
+
+
 def test_model_files_appear_only_after_a_directory_sync(tmp_path: Path) -> None:
     L = Log(tmp_path, {"a": b""})
     L.open(1, "new", created=True)

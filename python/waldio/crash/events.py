@@ -167,7 +167,9 @@ class StateKey:
     i (all volatile items but the i-th), power/rand r (a seeded subset);
     os/torn and power/torn r: the write that completed at event t was in
     flight at the crash and landed partly (512-byte sectors: new, old or,
-    for power loss, garbage)."""
+    for power loss, garbage); os/pages r and power/pages r: every unsynced
+    page-cache write survives whole, not at all, or some of its 4 KiB pages
+    (written back page by page; under power loss one page torn at sectors)."""
     model: str
     t: int
     kind: str

@@ -60,6 +60,8 @@ from .events import (
 )
 from .modes import MODELS, get_mode
 
+PAGE_BYTES = 4096          # the page cache writes back whole pages
+
 
 class Recording:
     """A recorded run: base files, events, acks, and the crash-state model."""
@@ -460,7 +462,7 @@ class Recording:
         if model == "kill":
             return StateKey("kill", point(), "all", 0)
         if model == "os":
-            kind = rng.choices(["lose", "prefix", "rand", "torn"], [2, 3, 3, 2])[0]
+            kind = rng.choices(["lose", "prefix", "rand", "torn", "pages"], [2, 3, 3, 2, 2])[0]
             if kind == "torn":
                 if not self.dev_write_events:
                     return None
@@ -471,8 +473,8 @@ class Recording:
                 return StateKey("os", t, "lose", 0)
             if kind == "prefix":
                 return StateKey("os", t, "prefix", rng.randrange(1, v + 1))
-            return StateKey("os", t, "rand", rng.randrange(1 << 30))
-        kind = rng.choices(["prefix", "drop", "rand", "torn"], [3, 2, 3, 3])[0]
+            return StateKey("os", t, kind, rng.randrange(1 << 30))
+        kind = rng.choices(["prefix", "drop", "rand", "torn", "pages"], [3, 2, 3, 3, 2])[0]
         if kind == "torn":
             if not self.write_events:
                 return None
@@ -485,7 +487,7 @@ class Recording:
             return StateKey("power", t, "prefix", rng.randrange(0, v + 1))
         if kind == "drop":
             return StateKey("power", t, "drop", rng.randrange(v))
-        return StateKey("power", t, "rand", rng.randrange(1 << 30))
+        return StateKey("power", t, kind, rng.randrange(1 << 30))
 
     # ---- materializing states
     def states(self, keys: Iterable[StateKey]) -> Iterable[Tuple[StateKey, "Image"]]:
@@ -521,6 +523,8 @@ class Recording:
                 keep |= {id(it) for it in page if rng.random() < 0.5}
             elif key.kind == "torn":
                 keep |= {id(it) for it in page if rng.random() < 0.5}
+            elif key.kind == "pages":
+                keep |= self._pages_state(page, rng, img, torn=False)
         else:
             if key.kind == "prefix":
                 keep = {id(it) for it in volatile[:key.param]}
@@ -534,17 +538,45 @@ class Recording:
                     keep = {id(it) for it in volatile}
                 else:
                     keep = {id(it) for it in volatile if rng.random() < 0.5}
+            elif key.kind == "pages":
+                keep = {id(it) for it in volatile if it.cls != PAGE and rng.random() < 0.5}
+                keep |= self._pages_state([it for it in volatile if it.cls == PAGE], rng,
+                                          img, torn=True)
         img.kept = []
+        partial = {id(it): seed for it, seed in img.partial}
         for it in window:
             if it.durable_at <= t or id(it) in keep:
                 img.apply(it)
                 if it.durable_at > t:
                     img.kept.append(it)
+            elif id(it) in partial:
+                img.apply_pages(it, random.Random(partial[id(it)]), img.partial_torn)
         img.dropped = [it for it in volatile if id(it) not in keep]
         if key.kind == "torn":
             torn = self._item_at(key.t)
             if torn is not None and torn.op == W:
                 img.apply_torn(torn, rng, garbage=(key.model == "power"))
+
+    @staticmethod
+    def _pages_state(page_items: List[Item], rng: random.Random, img: "Image",
+                     torn: bool) -> set:
+        """The "pages" states: the kernel writes a page-cache write back page
+        by page (4 KiB), not as one unit, and a page written back as the
+        power fails tears at 512-byte sectors (found by `waldio crash
+        --real`, docs/crash.md §8). Each unsynced page-cache write survives
+        whole, not at all, or in part: some of its pages (and, under power
+        loss, one of them torn). Returns the items kept whole; the partial
+        ones are applied in their turn (apply_pages)."""
+        keep, partial = set(), []
+        for it in page_items:
+            r = rng.random()
+            if r < 0.35:
+                keep.add(id(it))
+            elif r >= 0.7 and it.op == W and it.length > 0:
+                partial.append(it)
+        img.partial = [(it, rng.randrange(1 << 30)) for it in partial]
+        img.partial_torn = torn
+        return keep
 
     def _item_at(self, idx: int) -> Optional[Item]:
         j = bisect.bisect_left(self.item_idx, idx)
@@ -603,6 +635,8 @@ class Image:
         self.owned: set = set(data)
         self.kept: List[Item] = []
         self.dropped: List[Item] = []
+        self.partial: List[Tuple[Item, int]] = []   # ("pages" states)
+        self.partial_torn = False
         self.torn_desc = ""
 
     def fork(self) -> "Image":
@@ -652,6 +686,29 @@ class Image:
         elif it.op == RN:
             if it.name in self.ns:
                 self.ns[it.name2] = self.ns.pop(it.name)
+
+    def apply_pages(self, it: Item, rng: random.Random, torn: bool) -> None:
+        """Some 4 KiB pages of the write it (not all: a whole write is kept
+        or dropped as an item), and, if torn, one of them only in part, at
+        512-byte sectors of new or old bytes."""
+        first, last = it.off // PAGE_BYTES, (it.off + it.length - 1) // PAGE_BYTES
+        pages = list(range(first, last + 1))
+        chosen = [p for p in pages if rng.random() < 0.5] or [rng.choice(pages)]
+        tear = rng.choice(chosen) if torn else None
+        buf = self._mut(it.ino)
+        for pg in chosen:
+            lo = max(it.off, pg * PAGE_BYTES)
+            hi = min(it.off + it.length, (pg + 1) * PAGE_BYTES)
+            for sec in range(lo // 512, (hi - 1) // 512 + 1):
+                if pg == tear and rng.random() < 0.5:
+                    continue                             # this sector: old bytes
+                a, b = max(lo, sec * 512), min(hi, (sec + 1) * 512)
+                if len(buf) < b:
+                    buf.extend(bytes(b - len(buf)))
+                buf[a:b] = bytes(b - a) if it.data is None else it.data[a - it.off:b - it.off]
+        self.torn_desc += "%s%s: pages %s of %d-%d%s" % (
+            "; " if self.torn_desc else "", it.describe(), chosen, first, last,
+            ", page %d torn" % tear if tear is not None else "")
 
     def apply_torn(self, it: Item, rng: random.Random, garbage: bool) -> None:
         """The write it, torn at 512-byte sectors."""
