@@ -50,6 +50,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -269,6 +270,10 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
     if( level>=0 ) p->syncLevel = level;
   }else if( strcasecmp(zName, "journal_mode")==0 ){
     p->leavingWal = strcasecmp(zArg, "wal")!=0;
+  }else if( strcasecmp(zName, "journal_size_limit")==0 ){
+    int hex = zArg[0]=='0' && (zArg[1]=='x' || zArg[1]=='X');
+    long long n = strtoll(zArg, 0, hex ? 16 : 10);   /* sqlite3DecOrHexToI64 */
+    p->journalSizeLimit = n<-1 ? -1 : n;             /* as pragma.c clamps it */
   }
 }
 
@@ -465,6 +470,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   p->zName = zName;
   p->opts = v->opts;
   p->syncLevel = -1;
+  p->journalSizeLimit = v->defaultJournalSizeLimit;
   p->persistWal = -1;
   p->passthrough = -1;                  /* decided once the file has a header */
   rc = waldio_options_from_uri(&p->opts, zName);

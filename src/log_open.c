@@ -407,8 +407,6 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
   return rc;
 }
 
-/* The last close after a clean checkpoint: drop the generation, and the
-** guard if no other process has the log open (F4). */
 /* Frames this process left to the kernel (synchronous=OFF writes nobody
 ** flushed) are all in the database now: drop them before write-back, as
 ** stock SQLite does by deleting its WAL, by cutting the file to block 0.
@@ -424,7 +422,15 @@ static int drop_unflushed(waldio_log *pLog){
   return unflushed ? log_truncate_physical(pLog, area) : SQLITE_OK;
 }
 
-static int close_clean(waldio_log *pLog){
+/* The last close after a clean checkpoint: drop the generation; if no
+** other process has the log open, also the guard (F4) and every byte beyond
+** idleKeep, so that an idle database leaves a bounded log whatever its
+** transactions were (stock SQLite deletes its WAL here). What is kept is
+** allocated and written: the next session's first direct commits need only
+** one fdatasync, no zero-fill (durability.md, "The log left beside an idle
+** database"). Another process with the log open may still need any of it:
+** then nothing is cut. */
+static int close_clean(waldio_log *pLog, i64 idleKeep){
   int fd = pLog->file.fd, rc = SQLITE_OK, solo;
   if( pLog->file.readonly ) return SQLITE_OK;
   if( log_lock_wait(pLog->sys, fd, LOG_LOCK_INIT, LOG_EXCLUSIVE, INIT_WAIT_MS) ){
@@ -433,11 +439,12 @@ static int close_clean(waldio_log *pLog){
   solo = alone(pLog);
   if( solo ) rc = drop_unflushed(pLog);
   if( rc==SQLITE_OK ) rc = log_set_empty(pLog, !solo);
+  if( rc==SQLITE_OK && solo ) rc = log_trim(pLog, idleKeep);
   log_lock(pLog->sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
   return rc;
 }
 
-int log_release(log_registry *r, waldio_log *pLog, int clean){
+int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep){
   waldio_log **pp;
   int rc = SQLITE_OK;
   pthread_mutex_lock(&r->mutex);
@@ -464,7 +471,7 @@ int log_release(log_registry *r, waldio_log *pLog, int clean){
   flusher_stop(pLog);
   rc = group_write_all(pLog);        /* G4: nothing buffered outlives the log */
   if( rc==SQLITE_OK ) rc = log_sync_bound(pLog);   /* the flush bound holds at close */
-  if( rc==SQLITE_OK && clean ) rc = close_clean(pLog);
+  if( rc==SQLITE_OK && idleKeep>=0 ) rc = close_clean(pLog, idleKeep);
   log_free(pLog);
   return rc;
 }

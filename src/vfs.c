@@ -178,6 +178,19 @@ static int sync_level_default(void){
   return 2;
 }
 
+/* SQLite's compile-time journal_size_limit (SQLITE_DEFAULT_JOURNAL_SIZE_LIMIT,
+** -1 unless a build sets it): what a connection that never runs the PRAGMA
+** has. */
+static long long journal_size_limit_default(void){
+  static const char zOpt[] = "DEFAULT_JOURNAL_SIZE_LIMIT=";
+  const char *z;
+  int i;
+  for(i=0; (z = sqlite3_compileoption_get(i))!=0; i++){
+    if( strncmp(z, zOpt, sizeof(zOpt)-1)==0 ) return strtoll(z + sizeof(zOpt)-1, 0, 10);
+  }
+  return -1;
+}
+
 static int check_options(const waldio_options *o){
   if( o->layout<WALDIO_LAYOUT_AUTO || o->layout>WALDIO_LAYOUT_PAD8K
    || o->sync<WALDIO_SYNC_AUTO || o->sync>WALDIO_SYNC_NS
@@ -244,6 +257,7 @@ int waldio_register(const char *zName, int makeDefault,
   v->pLower = pLower;
   v->opts = o;
   v->defaultSyncLevel = sync_level_default();
+  v->defaultJournalSizeLimit = journal_size_limit_default();
   waldio_syscalls_default(&v->sys);
   rc = sqlite3_vfs_register(&v->base, makeDefault);
   if( rc==SQLITE_OK ){

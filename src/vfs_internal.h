@@ -35,6 +35,7 @@ typedef struct waldio_vfs {
   pthread_mutex_t dbMutex;   /* guards pDbList */
   struct waldio_db_file *pDbList;   /* open database files (WAL binding) */
   int defaultSyncLevel;      /* SQLite's compile-time WAL synchronous */
+  long long defaultJournalSizeLimit;  /* and its journal_size_limit */
   char zName[64];
 } waldio_vfs;
 
@@ -50,6 +51,7 @@ typedef struct waldio_db_file {
   struct waldio_db_file *pNextDb;   /* waldio_vfs.pDbList */
   int lockLevel;             /* SQLITE_LOCK_* held on the database file */
   int syncLevel;             /* PRAGMA synchronous as set, -1 = default */
+  long long journalSizeLimit;  /* PRAGMA journal_size_limit as set (-1: none) */
   int leavingWal;            /* journal_mode set to a rollback mode */
   int passthrough;           /* the file is not plain SQLite format (a VFS
                              ** above transforms it): its WAL and wal-index

@@ -438,6 +438,38 @@ static int walSync(sqlite3_file *pFile, int flags){
   return rc ? rc : log_sync_published(p->pLog, shm_of(p));
 }
 
+/* The most the log of an idle database keeps (durability.md, "The log left
+** beside an idle database"): the default bound, the preallocation if it is
+** smaller, and PRAGMA journal_size_limit if that is smaller still. */
+static i64 idle_bound(const waldio_db_file *db){
+  i64 keep = WALDIO_IDLE_LOG_BYTES;
+  if( db->opts.prealloc_bytes<keep ) keep = db->opts.prealloc_bytes;
+  if( db->journalSizeLimit>=0 && db->journalSizeLimit<keep ) keep = db->journalSizeLimit;
+  return keep;
+}
+
+/* What a truncation by SQLite keeps at least, by who asks (sqlite-wal-io.md):
+**   size 0, the wal-index just reset (mxFrame 0) or none: a TRUNCATE
+**     checkpoint (walRestartHdr, then xTruncate(0)): the header block only,
+**     as stock SQLite leaves 0 bytes;
+**   size 0 otherwise, the database locked exclusively: the last connection
+**     closes with journal_size_limit set (sqlite3WalClose, walLimitSize(0)):
+**     the idle bound;
+**   size > 0, the database locked exclusively (locking_mode=EXCLUSIVE): the
+**     limit applies fully, as it does to stock SQLite's WAL;
+**   size > 0 otherwise: journal_size_limit after the first commit of a new
+**     generation, while the database is in use: the preallocation stays, so
+**     that its commits never allocate.
+** Guessing wrong here only keeps more or fewer bytes of dead frames. */
+static i64 truncate_floor(waldio_wal_file *p, i64 size){
+  const volatile void *shm = shm_of(p);
+  int exclusive = p->pDb->lockLevel==SQLITE_LOCK_EXCLUSIVE;
+  if( size==0 ){
+    return (exclusive && shm && wal_index_mx_frame(shm)>0) ? idle_bound(p->pDb) : 0;
+  }
+  return exclusive ? 0 : p->pLog->preallocInitial;
+}
+
 static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
@@ -445,12 +477,7 @@ static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
   if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
-  /* With the database locked exclusively in WAL mode, SQLite is closing
-  ** the last connection (sqlite3WalClose applying journal_size_limit), or
-  ** runs in locking_mode=EXCLUSIVE: then the limit also bounds the
-  ** preallocation, as it bounds stock SQLite's WAL. */
-  return rc ? rc : log_truncate(p->pLog, size,
-                                p->pDb->lockLevel==SQLITE_LOCK_EXCLUSIVE);
+  return rc ? rc : log_truncate(p->pLog, size, truncate_floor(p, size));
 }
 
 static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
@@ -472,8 +499,11 @@ static int walClose(sqlite3_file *pFile){
   if( p->pDb->pWal==p ) p->pDb->pWal = 0;
   /* closeClean: fully checkpointed by the last connection anywhere; the
   ** log drops the generation (and the guard, wal_format.c F4), so the next
-  ** open recovers nothing and stock SQLite may open the database. */
-  rc2 = log_release(&v->registry, p->pLog, rc==SQLITE_OK && p->closeClean && !inherited);
+  ** open recovers nothing and stock SQLite may open the database, and
+  ** keeps at most the idle bound. */
+  rc2 = log_release(&v->registry, p->pLog,
+                    rc==SQLITE_OK && p->closeClean && !inherited
+                      ? idle_bound(p->pDb) : LOG_CLOSE_DIRTY);
   dio_free(p->aSlot);
   dio_free(p->aBatch);
   p->aSlot = p->aBatch = 0;
@@ -611,7 +641,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     if( rc ) rc = SQLITE_CANTOPEN;
   }
   if( rc ){
-    log_release(&v->registry, p->pLog, 0);
+    log_release(&v->registry, p->pLog, LOG_CLOSE_DIRTY);
     return rc;
   }
   p->pDb = db;

@@ -617,30 +617,47 @@ int log_truncate_physical(waldio_log *pLog, i64 keep){
   return rc;
 }
 
-int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
-  wal_geometry g = log_geometry(pLog);
-  i64 keep, phys;
-  int rc = SQLITE_OK;
-  if( size<WAL_HDR_BYTES ) rc = log_set_empty(pLog, 1);
-  if( rc ) return rc;
-  /* Give back space beyond the requested size, and beyond the configured
-  ** preallocation unless shrinkPrealloc: that is kept while the database
-  ** is in use, so that its commits never allocate. */
-  keep = wf_physical_for_logical(&g, size);
-  if( keep<pLog->preallocInitial && !shrinkPrealloc ) keep = pLog->preallocInitial;
-  keep = log_round_up(keep, g.block);
+/* Cut an empty log (block 0 says: no generation) to `keep` bytes. The
+** empty block 0 must be durable before the file shrinks: a crash could
+** otherwise keep the shrink and lose the block-0 write, and recovery would
+** replay the prefix of a generation that survived the cut -- frames already
+** copied into the database, older page images over newer ones. So one
+** fdatasync first, and only when there is something to cut. */
+static int trim_empty(waldio_log *pLog, i64 keep){
+  i64 phys;
+  int rc;
   pthread_mutex_lock(&pLog->growMutex);            /* L7 */
   rc = dio_file_size(&pLog->file, &phys);
-  if( rc==SQLITE_OK && phys>keep && size<WAL_HDR_BYTES ){
-    /* The empty block 0 must be durable before the file shrinks: a crash
-    ** could otherwise keep the shrink and lose the block-0 write, and
-    ** recovery would replay a prefix of a generation already copied into
-    ** the database -- older page images over newer ones. */
-    rc = dio_fdatasync(&pLog->file);
-  }
+  if( rc==SQLITE_OK && phys>keep ) rc = dio_fdatasync(&pLog->file);
   if( rc==SQLITE_OK ) rc = cut_locked(pLog, phys, keep);
   pthread_mutex_unlock(&pLog->growMutex);
   return rc;
+}
+
+/* keep rounded up to whole blocks, never below the header area. */
+static i64 keep_bytes(waldio_log *pLog, i64 keep){
+  wal_geometry g = log_geometry(pLog);
+  if( keep<(i64)g.area ) keep = g.area;
+  return log_round_up(keep, g.block);
+}
+
+int log_trim(waldio_log *pLog, i64 keep){
+  return trim_empty(pLog, keep_bytes(pLog, keep));
+}
+
+int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast){
+  wal_geometry g = log_geometry(pLog);
+  i64 keep = wf_physical_for_logical(&g, size);
+  int rc;
+  if( keep<keepAtLeast ) keep = keepAtLeast;
+  keep = keep_bytes(pLog, keep);
+  if( size<WAL_HDR_BYTES ){
+    rc = log_set_empty(pLog, 1);
+    return rc ? rc : trim_empty(pLog, keep);
+  }
+  /* A limit on a log that holds a generation: what lies beyond `size` is
+  ** older generations' frames, which recovery never reads. */
+  return log_truncate_physical(pLog, keep);
 }
 
 /* ------------------------------------------------------------ durability */
