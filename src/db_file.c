@@ -223,6 +223,7 @@ static int dbLock(sqlite3_file *f, int level){
   t_lastDb = D(f);
   rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
   if( rc==SQLITE_OK ) D(f)->lockLevel = level;
+  if( rc==SQLITE_OK && level==SQLITE_LOCK_SHARED ) waldio_reserve_decide(D(f));
   /* Leaving WAL mode takes the database exclusively: refused, the switch
   ** failed and the database stays in WAL mode (its log is kept). */
   if( rc && level==SQLITE_LOCK_EXCLUSIVE ) D(f)->leavingWal = 0;
@@ -268,6 +269,8 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
   if( strcasecmp(zName, "synchronous")==0 ){
     int level = parse_sync_level(zArg);
     if( level>=0 ) p->syncLevel = level;
+  }else if( strcasecmp(zName, "page_size")==0 ){
+    waldio_reserve_note_page_size(p, zArg);
   }else if( strcasecmp(zName, "journal_mode")==0 ){
     p->leavingWal = strcasecmp(zArg, "wal")!=0;
   }else if( strcasecmp(zName, "journal_size_limit")==0 ){

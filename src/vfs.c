@@ -14,7 +14,7 @@
 **
 ** Per connection (an auto-extension run by sqlite3_open): a database that
 ** is still empty and will use header embedding gets 24 reserved bytes per
-** page before its first page is written, and the SQL function
+** page before its first page is written (below), and the SQL function
 ** waldio_last_error() is registered.
 */
 #include "vfs_internal.h"
@@ -24,6 +24,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define RESERVE_FOR_EMBED 24
 
@@ -132,28 +133,97 @@ static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   sqlite3_result_text(ctx, zMsg, -1, SQLITE_TRANSIENT);
 }
 
-/* An empty main database that may embed frame headers gets its reserve
-** now, while the page size is still open (SQLITE_FCNTL_RESERVE_BYTES).
-** Databases that miss it (ATTACHed ones, or after sqlite3_reset_auto_
-** extension()) are not refused: the auto layout pads instead. */
-static void reserve_for_embedding(sqlite3 *db){
+/* ------------------------------------------- the reserve of a new database
+**
+** Header embedding stores each frame's 24-byte header in the last bytes of
+** its page: a new database that will use it needs 24 reserved bytes per
+** page, and one that will not (pages smaller than a block: the auto layout
+** pads) must not get them -- they only cost space and change SQLite's page
+** counts against stock. SQLite reads the reserve when it writes page 1 of
+** an empty database (btree.c newDatabase), and SQLITE_FCNTL_RESERVE_BYTES
+** can raise it before that but never lower it again. So the decision waits
+** for the last moment the page size may still change:
+**   - at open the connection remembers its database (main only) and the
+**     page size SQLite would give it;
+**   - PRAGMA page_size=N on the empty database updates that page size
+**     (waldio_reserve_note_page_size, from SQLITE_FCNTL_PRAGMA);
+**   - each time the connection takes its SHARED lock on the still empty
+**     file (waldio_reserve_decide, from xLock), which every transaction
+**     does before SQLite sizes its cells: if the page size fits embedding,
+**     24 bytes are reserved now, for good.
+** A page size changed after a read of the still empty database comes too
+** late to drop the reserve; the auto layout then pads, as for any database
+** without a usable reserve. ATTACHed and shared-cache databases get no
+** reserve (they pad). */
+
+/* The page size SQLite gives a new database on this connection. */
+static u32 pending_page_size(sqlite3 *db){
+  sqlite3_stmt *pStmt = 0;
+  u32 page = 0;
+  if( sqlite3_prepare_v2(db, "PRAGMA main.page_size", -1, &pStmt, 0)==SQLITE_OK
+   && sqlite3_step(pStmt)==SQLITE_ROW ){
+    page = (u32)sqlite3_column_int(pStmt, 0);
+  }
+  sqlite3_finalize(pStmt);
+  return page;
+}
+
+static void reserve_remember(sqlite3 *db){
   sqlite3_file *pTop = 0;
   waldio_db_file *p;
   sqlite3_int64 size = -1;
-  int n = RESERVE_FOR_EMBED;
   if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pTop)
    || (p = waldio_db_of(pTop))==0
    || (p->opts.layout!=WALDIO_LAYOUT_EMBED && p->opts.layout!=WALDIO_LAYOUT_AUTO) ){
     return;
   }
-  if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
-    sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+  if( p->pReserveConn && p->pReserveConn!=db ){
+    p->reserveState = RESERVE_NEVER;         /* shared cache: not ours alone */
+    return;
   }
+  if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
+    p->pReserveConn = db;
+    p->reservePage = pending_page_size(db);
+    p->reserveState = RESERVE_PENDING;
+  }
+}
+
+void waldio_reserve_note_page_size(waldio_db_file *p, const char *zArg){
+  long n = zArg ? strtol(zArg, 0, 10) : 0;
+  /* As btree.c accepts it: a power of two in 512..65536. */
+  if( p->reserveState==RESERVE_PENDING && n>=512 && n<=65536 && (n & (n-1))==0 ){
+    p->reservePage = (u32)n;
+  }
+}
+
+void waldio_reserve_decide(waldio_db_file *p){
+  const char *zWhy;
+  sqlite3_int64 size = -1;
+  int n = RESERVE_FOR_EMBED;
+  if( p->reserveState!=RESERVE_PENDING ) return;
+  if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)!=SQLITE_OK || size>0 ){
+    p->reserveState = RESERVE_NEVER;         /* created meanwhile: its own */
+    return;
+  }
+  if( wf_choose_layout((u32)p->opts.layout, waldio_block_size(p->zName),
+                       p->reservePage, RESERVE_FOR_EMBED, &zWhy)==WALDIO_LAYOUT_EMBED ){
+    p->reserveState = RESERVE_DONE;
+    /* Re-entrant, from inside the pager's lock request: RESERVE_BYTES with
+    ** page size 0 only sets the pager's reserve, no I/O and no reallocation
+    ** (btree.c sqlite3BtreeSetPageSize); lockBtree sizes cells after this
+    ** lock returns, newDatabase writes the reserve into page 1. */
+    sqlite3_file_control(p->pReserveConn, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+  }
+}
+
+u32 waldio_block_size(const char *zDb){
+  struct stat st;
+  return (zDb && stat(zDb, &st)==0 && st.st_blksize>4096) ? (u32)st.st_blksize : 4096;
 }
 
 static int connection_setup(sqlite3 *db, char **pzErr, const void *pApi){
   (void)pzErr; (void)pApi;
-  reserve_for_embedding(db);
+  reserve_remember(db);
   return sqlite3_create_function(db, "waldio_last_error", 0,
       SQLITE_UTF8|SQLITE_INNOCUOUS, 0, fn_last_error, 0, 0);
 }

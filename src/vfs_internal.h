@@ -60,6 +60,9 @@ typedef struct waldio_db_file {
   int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
   volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
   wal_index_view view;       /* the regions mapped (read-ahead advice) */
+  int reserveState;          /* RESERVE_*: reserved bytes of a new database */
+  u32 reservePage;           /* its page size, while RESERVE_PENDING */
+  sqlite3 *pReserveConn;     /* the connection that opened it (vfs.c) */
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
                              ** waldio's wal-index, "<db>-wal-shm" */
   const char *zShmHostName;
@@ -116,6 +119,12 @@ void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);
+/* The reserve of a new database (vfs.c): decided as late as possible. */
+enum { RESERVE_NONE, RESERVE_PENDING, RESERVE_DONE, RESERVE_NEVER };
+void waldio_reserve_note_page_size(waldio_db_file *p, const char *zArg);
+void waldio_reserve_decide(waldio_db_file *p);     /* SHARED lock taken */
+/* The block size the log of database zDb will use (>= 4096). */
+u32 waldio_block_size(const char *zDb);
 
 /* pragmas.c: returns SQLITE_NOTFOUND for pragmas that are not waldio's. */
 int waldio_pragma(waldio_db_file *p, char **az);

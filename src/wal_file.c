@@ -557,11 +557,9 @@ static int page1_tail_used(waldio_db_file *db, u32 page){
 ** wf_choose_layout: auto means embed where possible, else pad4k). The block
 ** size is the file system's, which the log will use too. */
 static int choose_layout(waldio_db_file *db, log_request *req){
-  struct stat st;
-  u32 page, reserve, block = 4096;
+  u32 page, reserve, block = waldio_block_size(db->zName);
   int rc = read_db_header(db, &page, &reserve);
   if( rc ) return rc;
-  if( stat(db->zName, &st)==0 && st.st_blksize>block ) block = (u32)st.st_blksize;
   req->layout = (int)wf_choose_layout((u32)db->opts.layout, block, page,
                                       reserve, &req->zLayoutWhy);
   if( req->layout==WALDIO_LAYOUT_EMBED && db->opts.layout==WALDIO_LAYOUT_AUTO
