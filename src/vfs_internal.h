@@ -117,6 +117,11 @@ int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
 int waldio_wal_barrier(waldio_wal_file *p);
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
 
+/* log_owner.c: before a WAL open, the log and its wal-index get the
+** database's mode (and owner, as root); never fails (see there). */
+void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
+                        const struct stat *pDb, int readonly);
+
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);
 /* The reserve of a new database (vfs.c): decided as late as possible. */

@@ -619,10 +619,11 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   memset(&req, 0, sizeof(req));
   req.opts = &db->opts;
   req.mode = 0644;
-  if( stat(db->zName, &st)==0 ){        /* a new log gets the database's */
+  if( stat(db->zName, &st)==0 ){        /* the log gets the database's */
     req.mode = st.st_mode & 0777;
     req.uid = st.st_uid;
     req.gid = st.st_gid;
+    waldio_log_conform(v, db, zName, &st, (flags & SQLITE_OPEN_READONLY)!=0);
   }
   rc = choose_layout(db, &req);
   if( rc ) return rc;
