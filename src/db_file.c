@@ -47,6 +47,7 @@
 #include "vfs_internal.h"
 #include "errors.h"
 #include "options.h"
+#include "stock_guard.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -464,6 +465,26 @@ const sqlite3_io_methods waldio_db_io_methods = {
   dbFetch, dbUnfetch
 };
 
+/* A database that stock SQLite has open in WAL mode is refused here, at
+** sqlite3_open: refused when its WAL is opened, at the first statement, the
+** SQLITE_BUSY would make SQLite retry for the whole busy timeout first
+** (btree.c retries a transaction start). The WAL open checks again for a
+** stock process that came in between (log_open.c). Lower file closed. */
+static int refuse_if_stock(waldio_db_file *p){
+  char *zShm;
+  int rc = SQLITE_OK;
+  if( !p->zName ) return SQLITE_OK;
+  zShm = sqlite3_mprintf("%s-shm", p->zName);
+  if( !zShm ){
+    rc = SQLITE_NOMEM;
+  }else if( stock_sqlite_active(zShm) && !waldio_db_passthrough(p) ){
+    rc = waldio_stock_refusal(zShm);
+  }
+  sqlite3_free(zShm);
+  if( rc ) ORIGFILE(p)->pMethods->xClose(ORIGFILE(p));
+  return rc;
+}
+
 int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
                    int flags, int *pOutFlags){
   sqlite3_vfs *pLower = v->pLower;
@@ -488,6 +509,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
     rc = waldio_error(SQLITE_CANTOPEN, "%s: the VFS below waldio has no"
                       " shared-memory methods", zName ? zName : "");
   }
+  if( rc==SQLITE_OK ) rc = refuse_if_stock(p);
   if( rc ){
     sqlite3_free(p->zWalPath);
     p->zWalPath = 0;

@@ -138,8 +138,8 @@ static int open_buffered(dio_file *f){
   if( f->sys->xFstat(fd, &a) || f->sys->xFstat(f->fd, &b)
    || a.st_dev!=b.st_dev || a.st_ino!=b.st_ino ){
     f->sys->xClose(fd);
-    return waldio_error(SQLITE_CANTOPEN, "%s: the log was replaced while it"
-                        " was being opened", f->zPath);
+    return waldio_error(SQLITE_BUSY, "%s: the log was replaced (by another"
+                        " process) while it was being opened", f->zPath);
   }
   f->fdBuf = fd;
   return SQLITE_OK;

@@ -120,7 +120,7 @@ void log_registry_remove(log_registry *r){
 int log_inherited(const waldio_log *pLog){ return pLog->forkGen!=g_forkGen; }
 
 int log_inherited_error(const waldio_log *pLog){
-  return waldio_error(SQLITE_IOERR, "%s: this connection was opened before"
+  return waldio_error(SQLITE_MISUSE, "%s: this connection was opened before"
       " fork(); a child process must open its own connections (SQLite"
       " connections must not be carried across fork)", pLog->zPath);
 }
@@ -284,16 +284,21 @@ static int attach_locked(waldio_log *pLog, const log_request *req){
 
   for(;;){
     err = log_lock_wait(sys, fd, LOG_LOCK_INIT, initMode, INIT_WAIT_MS);
-    if( err ){
-      return waldio_error(SQLITE_CANTOPEN, "%s: cannot lock the log to open"
-          " it (%s): another process held it for more than %d s",
-          pLog->zPath, strerror(err), INIT_WAIT_MS/1000);
+    if( err==EAGAIN ){
+      return waldio_error(SQLITE_BUSY, "%s: cannot lock the log to open it:"
+          " another process has held it for more than %d s (initializing or"
+          " converting it)", pLog->zPath, INIT_WAIT_MS/1000);
     }
+    if( err ) return waldio_errno(SQLITE_IOERR_LOCK, err, "cannot lock log", pLog->zPath);
     rc = same_file_as_path(pLog);
     if( rc==SQLITE_OK ) rc = init_file(pLog, req);
     if( rc==SQLITE_OK ){
       err = log_lock(sys, fd, LOG_LOCK_USE, LOG_SHARED);
-      if( err ) rc = err==EAGAIN ? ATTACH_RETRY : SQLITE_CANTOPEN;
+      if( err==EAGAIN ){
+        rc = ATTACH_RETRY;
+      }else if( err ){
+        rc = waldio_errno(SQLITE_IOERR_LOCK, err, "cannot lock log", pLog->zPath);
+      }
     }
     if( rc!=SQLITE_OK && rc!=ATTACH_RETRY ){
       log_lock(sys, fd, LOG_LOCK_USE, LOG_UNLOCKED);
@@ -372,10 +377,7 @@ static int open_once(log_registry *r, waldio_log *pLog, const log_request *req,
   pLog->dev = st.st_dev;
   pLog->ino = st.st_ino;
   if( req->zStockShm && stock_sqlite_active(req->zStockShm) ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: the database is open in SQLite"
-        " without waldio (a process holds %s); close it there first: waldio"
-        " and stock SQLite cannot share a database at the same time",
-        pLog->zPath, req->zStockShm);
+    return waldio_stock_refusal(req->zStockShm);
   }
   rc = attach_locked(pLog, req);
   if( rc ) return rc;
@@ -401,8 +403,9 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
   }
   pthread_mutex_unlock(&r->mutex);
   if( rc==WALDIO_CONVERTED ){
-    rc = waldio_error(SQLITE_CANTOPEN, "%s: the log kept changing while it was"
-                      " being opened", zPath);
+    rc = waldio_error(SQLITE_BUSY, "%s: the log kept being replaced (by"
+                      " conversions in other processes) while it was being"
+                      " opened", zPath);
   }
   return rc;
 }
