@@ -15,7 +15,8 @@
 ** Per connection (an auto-extension run by sqlite3_open): a database that
 ** is still empty and will use header embedding gets 24 reserved bytes per
 ** page before its first page is written (below), and the SQL function
-** waldio_last_error() is registered.
+** waldio_last_error() and the tables pragma_waldio... (pragma_vtab.c) are
+** registered.
 */
 #include "vfs_internal.h"
 #include "errors.h"
@@ -222,10 +223,12 @@ u32 waldio_block_size(const char *zDb){
 }
 
 static int connection_setup(sqlite3 *db, char **pzErr, const void *pApi){
+  int rc;
   (void)pzErr; (void)pApi;
   reserve_remember(db);
-  return sqlite3_create_function(db, "waldio_last_error", 0,
+  rc = sqlite3_create_function(db, "waldio_last_error", 0,
       SQLITE_UTF8|SQLITE_INNOCUOUS, 0, fn_last_error, 0, 0);
+  return rc ? rc : waldio_register_pragma_tables(db);
 }
 
 int waldio_connection_setup(sqlite3 *db){ return connection_setup(db, 0, 0); }

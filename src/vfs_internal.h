@@ -131,6 +131,9 @@ void waldio_reserve_decide(waldio_db_file *p);     /* SHARED lock taken */
 /* The block size the log of database zDb will use (>= 4096). */
 u32 waldio_block_size(const char *zDb);
 
+/* pragma_vtab.c: pragma_waldio and friends, for one connection. */
+int waldio_register_pragma_tables(sqlite3 *db);
+
 /* pragmas.c: returns SQLITE_NOTFOUND for pragmas that are not waldio's. */
 int waldio_pragma(waldio_db_file *p, char **az);
 
