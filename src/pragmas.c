@@ -65,14 +65,16 @@ static char *status_json(waldio_db_file *p){
       "\"sync\":\"%s\",\"sync_setting\":\"%s\",\"io_setting\":\"%s\","
       "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
       "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
-      "\"group_bytes\":%lld,\"group_ms\":%d,\"wal_open\":%s,\"passthrough\":%s",
+      "\"group_bytes\":%lld,\"group_ms\":%d,\"idle_log_bytes\":%lld,"
+      "\"wal_open\":%s,\"passthrough\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
       p->opts.sync==WALDIO_SYNC_PERSISTENT ? "persistent"
         : p->opts.sync==WALDIO_SYNC_NS ? "ns" : "auto",
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
       waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
-      p->opts.group_bytes, p->opts.group_ms, pLog ? "true" : "false",
+      p->opts.group_bytes, p->opts.group_ms, (long long)waldio_db_idle_bound(p),
+      pLog ? "true" : "false",
       p->passthrough>0 ? "true" : "false");
   sqlite3_free(zVfs);
   if( z && pLog ){

@@ -116,6 +116,8 @@ int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
 ** the application may see the commit. */
 int waldio_wal_barrier(waldio_wal_file *p);
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
+/* The most the log keeps once the last connection closes (durability.md). */
+i64 waldio_db_idle_bound(const waldio_db_file *db);
 
 /* log_owner.c: before a WAL open, the log and its wal-index get the
 ** database's mode (and owner, as root); never fails (see there). */

@@ -441,7 +441,7 @@ static int walSync(sqlite3_file *pFile, int flags){
 /* The most the log of an idle database keeps (durability.md, "The log left
 ** beside an idle database"): the default bound, the preallocation if it is
 ** smaller, and PRAGMA journal_size_limit if that is smaller still. */
-static i64 idle_bound(const waldio_db_file *db){
+i64 waldio_db_idle_bound(const waldio_db_file *db){
   i64 keep = WALDIO_IDLE_LOG_BYTES;
   if( db->opts.prealloc_bytes<keep ) keep = db->opts.prealloc_bytes;
   if( db->journalSizeLimit>=0 && db->journalSizeLimit<keep ) keep = db->journalSizeLimit;
@@ -465,7 +465,7 @@ static i64 truncate_floor(waldio_wal_file *p, i64 size){
   const volatile void *shm = shm_of(p);
   int exclusive = p->pDb->lockLevel==SQLITE_LOCK_EXCLUSIVE;
   if( size==0 ){
-    return (exclusive && shm && wal_index_mx_frame(shm)>0) ? idle_bound(p->pDb) : 0;
+    return (exclusive && shm && wal_index_mx_frame(shm)>0) ? waldio_db_idle_bound(p->pDb) : 0;
   }
   return exclusive ? 0 : p->pLog->preallocInitial;
 }
@@ -503,7 +503,7 @@ static int walClose(sqlite3_file *pFile){
   ** keeps at most the idle bound. */
   rc2 = log_release(&v->registry, p->pLog,
                     rc==SQLITE_OK && p->closeClean && !inherited
-                      ? idle_bound(p->pDb) : LOG_CLOSE_DIRTY);
+                      ? waldio_db_idle_bound(p->pDb) : LOG_CLOSE_DIRTY);
   dio_free(p->aSlot);
   dio_free(p->aBatch);
   p->aSlot = p->aBatch = 0;

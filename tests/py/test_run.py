@@ -47,8 +47,9 @@ STATIC_SQLITE = "/usr/lib/x86_64-linux-gnu/libsqlite3.a"
 
 def env() -> Dict[str, str]:
     e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT / "python")
-    for var in ("LD_PRELOAD", "WALDIO_LAYOUT", "WALDIO_PRELOAD_VERBOSE"):
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + (
+        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    for var in ("LD_PRELOAD", "WALDIO_LAYOUT", "WALDIO_PRELOAD_VERBOSE", "WALDIO_VERBOSE"):
         e.pop(var, None)
     return e
 
