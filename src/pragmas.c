@@ -21,6 +21,7 @@
 ** not silently ignored as SQLite ignores unknown pragmas.
 */
 #include "vfs_internal.h"
+#include "errors.h"
 #include "options.h"
 
 #include <string.h>
@@ -29,6 +30,13 @@
 static int answer(char **az, int rc, char *z){
   az[0] = z;
   return z ? rc : SQLITE_NOMEM;
+}
+
+/* A bad pragma: the message is SQLite's error message, and like every
+** waldio refusal it also reaches sqlite3_log (and stderr when verbose). */
+static int refuse(char **az, char *z){
+  if( z ) waldio_error(SQLITE_ERROR, "%s", z);
+  return answer(az, SQLITE_ERROR, z);
 }
 
 /* A JSON string literal for z (quotes included), or NULL on OOM. */
@@ -134,7 +142,7 @@ static int pragma_sync(waldio_db_file *p, char **az){
   int v;
   if( zArg ){
     if( waldio_parse_sync(zArg, &v) ){
-      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_sync=%s: expected"
+      return refuse(az, sqlite3_mprintf("waldio_sync=%s: expected"
           " auto, persistent or ns (full and normal follow PRAGMA synchronous)",
           zArg));
     }
@@ -146,7 +154,7 @@ static int pragma_sync(waldio_db_file *p, char **az){
 static int pragma_stats(waldio_db_file *p, char **az){
   waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
   if( az[2] && strcasecmp(az[2], "reset")!=0 ){
-    return answer(az, SQLITE_ERROR,
+    return refuse(az,
                   sqlite3_mprintf("waldio_stats=%s: only 'reset' is accepted", az[2]));
   }
   if( !pLog ) return answer(az, SQLITE_OK, sqlite3_mprintf("{}"));
@@ -158,7 +166,7 @@ static int pragma_flush_ms(waldio_db_file *p, char **az){
   int v;
   if( az[2] ){
     if( waldio_parse_ms(az[2], &v) ){
-      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_flush_ms=%s:"
+      return refuse(az, sqlite3_mprintf("waldio_flush_ms=%s:"
           " expected milliseconds between 1 and 60000", az[2]));
     }
     p->opts.flush_ms = v;
@@ -184,7 +192,7 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
       bad = waldio_parse_ms(zArg, &o.group_ms);
     }
     if( bad ){
-      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_group%s=%s: expected"
+      return refuse(az, sqlite3_mprintf("waldio_group%s=%s: expected"
           " %s", zWhich, zArg, zWhich[0]==0 ? "off, async or durable"
           : zWhich[1]=='b' ? "a size between 4K and 16M" : "milliseconds, 1..60000"));
     }
@@ -211,7 +219,7 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strncasecmp(zName, "waldio", 6)!=0 ) return SQLITE_NOTFOUND;
   if( zName[6]==0 ){
     if( az[2] ){
-      return answer(az, SQLITE_ERROR,
+      return refuse(az,
                     sqlite3_mprintf("PRAGMA waldio takes no value"));
     }
     return answer(az, SQLITE_OK, status_json(p));
@@ -222,7 +230,7 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strcasecmp(zName, "waldio_group")==0 ) return pragma_group(p, az, "");
   if( strcasecmp(zName, "waldio_group_bytes")==0 ) return pragma_group(p, az, "_bytes");
   if( strcasecmp(zName, "waldio_group_ms")==0 ) return pragma_group(p, az, "_ms");
-  return answer(az, SQLITE_ERROR, sqlite3_mprintf("unknown pragma %s; waldio's"
+  return refuse(az, sqlite3_mprintf("unknown pragma %s; waldio's"
       " pragmas are waldio, waldio_sync, waldio_stats, waldio_flush_ms,"
       " waldio_group, waldio_group_bytes and waldio_group_ms", zName));
 }
