@@ -299,6 +299,9 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       }
       return SQLITE_OK;
     }
+    case SQLITE_FCNTL_PDB:
+      p->ppBtreeDb = pArg;               /* the reserve of a new database (vfs.c) */
+      break;
     case SQLITE_FCNTL_PRAGMA: {
       char **az = pArg;
       rc = waldio_pragma(p, az);

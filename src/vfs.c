@@ -154,8 +154,10 @@ static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
 **     24 bytes are reserved now, for good.
 ** A page size changed after a read of the still empty database comes too
 ** late to drop the reserve; the auto layout then pads, as for any database
-** without a usable reserve. ATTACHed and shared-cache databases get no
-** reserve (they pad). */
+** without a usable reserve. ATTACHed databases get no reserve (they pad).
+** The connection that takes the lock is the one SQLite names through
+** SQLITE_FCNTL_PDB (the B-tree's current user: with a shared cache, not
+** necessarily the one that opened the file). */
 
 /* The page size SQLite gives a new database on this connection. */
 static u32 pending_page_size(sqlite3 *db){
@@ -178,12 +180,8 @@ static void reserve_remember(sqlite3 *db){
    || (p->opts.layout!=WALDIO_LAYOUT_EMBED && p->opts.layout!=WALDIO_LAYOUT_AUTO) ){
     return;
   }
-  if( p->pReserveConn && p->pReserveConn!=db ){
-    p->reserveState = RESERVE_NEVER;         /* shared cache: not ours alone */
-    return;
-  }
+  if( p->reserveState!=RESERVE_NONE || !p->ppBtreeDb ) return;  /* shared cache */
   if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
-    p->pReserveConn = db;
     p->reservePage = pending_page_size(db);
     p->reserveState = RESERVE_PENDING;
   }
@@ -209,11 +207,12 @@ void waldio_reserve_decide(waldio_db_file *p){
   if( wf_choose_layout((u32)p->opts.layout, waldio_block_size(p->zName),
                        p->reservePage, RESERVE_FOR_EMBED, &zWhy)==WALDIO_LAYOUT_EMBED ){
     p->reserveState = RESERVE_DONE;
-    /* Re-entrant, from inside the pager's lock request: RESERVE_BYTES with
-    ** page size 0 only sets the pager's reserve, no I/O and no reallocation
-    ** (btree.c sqlite3BtreeSetPageSize); lockBtree sizes cells after this
-    ** lock returns, newDatabase writes the reserve into page 1. */
-    sqlite3_file_control(p->pReserveConn, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+    /* Re-entrant, from inside the pager's lock request, on the connection
+    ** now using the B-tree (it holds that connection's mutex): RESERVE_BYTES
+    ** with page size 0 only sets the pager's reserve, no I/O and no
+    ** reallocation (btree.c sqlite3BtreeSetPageSize); lockBtree sizes cells
+    ** after this lock returns, newDatabase writes the reserve into page 1. */
+    sqlite3_file_control(*p->ppBtreeDb, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
   }
 }
 

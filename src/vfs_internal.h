@@ -62,7 +62,8 @@ typedef struct waldio_db_file {
   wal_index_view view;       /* the regions mapped (read-ahead advice) */
   int reserveState;          /* RESERVE_*: reserved bytes of a new database */
   u32 reservePage;           /* its page size, while RESERVE_PENDING */
-  sqlite3 *pReserveConn;     /* the connection that opened it (vfs.c) */
+  sqlite3 **ppBtreeDb;       /* SQLITE_FCNTL_PDB: the connection using the
+                             ** B-tree on this file, while it is open */
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
                              ** waldio's wal-index, "<db>-wal-shm" */
   const char *zShmHostName;

@@ -634,23 +634,25 @@ static int trim_empty(waldio_log *pLog, i64 keep){
   return rc;
 }
 
-/* keep rounded up to whole blocks, never below the header area. */
-static i64 keep_bytes(waldio_log *pLog, i64 keep){
-  wal_geometry g = log_geometry(pLog);
-  if( keep<(i64)g.area ) keep = g.area;
-  return log_round_up(keep, g.block);
+/* What to keep of the file: `need` bytes (frames: rounded up to whole
+** blocks), or more up to `bound` (a limit: rounded down), and never less
+** than the header area. */
+static i64 keep_bytes(const wal_geometry *g, i64 need, i64 bound){
+  i64 keep = log_round_up(need, g->block);
+  i64 limit = bound / g->block * g->block;
+  if( keep<limit ) keep = limit;
+  return keep<(i64)g->area ? (i64)g->area : keep;
 }
 
 int log_trim(waldio_log *pLog, i64 keep){
-  return trim_empty(pLog, keep_bytes(pLog, keep));
+  wal_geometry g = log_geometry(pLog);
+  return trim_empty(pLog, keep_bytes(&g, 0, keep));
 }
 
 int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast){
   wal_geometry g = log_geometry(pLog);
-  i64 keep = wf_physical_for_logical(&g, size);
+  i64 keep = keep_bytes(&g, wf_physical_for_logical(&g, size), keepAtLeast);
   int rc;
-  if( keep<keepAtLeast ) keep = keepAtLeast;
-  keep = keep_bytes(pLog, keep);
   if( size<WAL_HDR_BYTES ){
     rc = log_set_empty(pLog, 1);
     return rc ? rc : trim_empty(pLog, keep);
