@@ -894,6 +894,30 @@ ctl.execute("SELECT recorder_stop()").fetchall()
 
 
 
+def _record_commits_then(d: Path, live: Path, commits: int, then: str) -> crash.Recording:
+    """Record `commits` FULL commits of 3000-byte rows into a new database
+    live/x.db (prealloc 256K, no autocheckpoint), then the Python code
+    `then` (c: the connection, path: the database), in a process of its own."""
+    live.mkdir(parents=True)
+    p = run_recorded("""
+ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
+path = %r
+c = apsw.Connection(waldio.uri(path, prealloc="256K"), vfs="waldio",
+                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
+c.execute("PRAGMA journal_mode=WAL").fetchall()
+c.execute("PRAGMA synchronous=FULL")
+c.execute("PRAGMA wal_autocheckpoint=0")
+c.execute("CREATE TABLE t(x)")
+for i in range(%d):
+    c.execute("INSERT INTO t VALUES(randomblob(3000))")
+%s
+ctl.execute("SELECT recorder_stop()").fetchall()
+os._exit(0)
+""" % (str(d / "events.bin"), str(live / "x.db"), commits, then))
+    assert p.wait(120) == 0, p.stderr.read()
+    return _recording_of(d, live, "waldio-full")
+
+
 def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Path,
                                                                    apsw_sqlite: Any) -> None:
     """100 FULL commits grow the log beyond its 256 KiB preallocation; a
@@ -908,23 +932,9 @@ def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Pat
     import apsw
     d = out_root / "shrink"
     live = d / "live"
-    live.mkdir(parents=True)
-    p = run_recorded("""
-ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
-c = apsw.Connection(waldio.uri(%r, prealloc="256K"), vfs="waldio",
-                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
-c.execute("PRAGMA journal_mode=WAL").fetchall()
-c.execute("PRAGMA synchronous=FULL")
-c.execute("PRAGMA wal_autocheckpoint=0")
-c.execute("CREATE TABLE t(x)")
-for i in range(100):
-    c.execute("INSERT INTO t VALUES(randomblob(3000))")
+    rec = _record_commits_then(d, live, 100, """
 assert c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall() == [(0, 0, 0)]
-ctl.execute("SELECT recorder_stop()").fetchall()
-os._exit(0)
-""" % (str(d / "events.bin"), str(live / "x.db")))
-    assert p.wait(120) == 0, p.stderr.read()
-    rec = _recording_of(d, live, "waldio-full")
+""")
     shrinks = [it for it in rec.items if it.op == "T" and it.name == "x.db-wal"]
     assert shrinks, "the log was never shrunk"
     for shrink in shrinks:
@@ -962,25 +972,11 @@ def test_close_cut_never_leaves_a_prefix_of_a_generation(out_root: Path,
     import apsw
     d = out_root / "closecut"
     live = d / "live"
-    live.mkdir(parents=True)
-    p = run_recorded("""
-ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
-c = apsw.Connection(waldio.uri(%r, prealloc="256K"), vfs="waldio",
-                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
-c.execute("PRAGMA journal_mode=WAL").fetchall()
-c.execute("PRAGMA synchronous=FULL")
-c.execute("PRAGMA wal_autocheckpoint=0")
-c.execute("CREATE TABLE t(x)")
-for i in range(300):
-    c.execute("INSERT INTO t VALUES(randomblob(3000))")
-assert os.path.getsize(%r + "-wal") > 1 << 20
+    rec = _record_commits_then(d, live, 300, """
+assert os.path.getsize(path + "-wal") > 1 << 20
 c.close()
-assert os.path.getsize(%r + "-wal") == 256 << 10
-ctl.execute("SELECT recorder_stop()").fetchall()
-os._exit(0)
-""" % (str(d / "events.bin"), str(live / "x.db"), str(live / "x.db"), str(live / "x.db")))
-    assert p.wait(120) == 0, p.stderr.read()
-    rec = _recording_of(d, live, "waldio-full")
+assert os.path.getsize(path + "-wal") == 256 << 10
+""")
     shrinks = [it for it in rec.items if it.op == "T" and it.name == "x.db-wal"]
     assert shrinks, "the close never cut the log"
     for shrink in shrinks:
