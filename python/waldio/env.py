@@ -6,7 +6,7 @@
     eval "$(waldio env --unset)"       back to stock SQLite
     waldio env --measure               what it adds to each call, measured
 
-``waldio run`` starts a Python interpreter for every command (0.4-0.6 s);
+``waldio run`` starts a Python interpreter for every command (0.2-0.6 s);
 ``waldio env`` starts one once, prints the ``LD_PRELOAD`` line and the
 ``WALDIO_*`` option variables of ``waldio run`` (the same flags), and every
 later program loads ``libwaldio_preload.so`` directly (src/preload.c). The
