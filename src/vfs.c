@@ -145,7 +145,9 @@ static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
 ** can raise it before that but never lower it again. So the decision waits
 ** for the last moment the page size may still change:
 **   - at open the connection remembers its database (main only) and the
-**     page size SQLite would give it;
+**     page size SQLite would give it: SQLITE_DEFAULT_PAGE_SIZE (pager.c
+**     raises it to the sector size only for files without
+**     POWERSAFE_OVERWRITE, which waldio's database files always report);
 **   - PRAGMA page_size=N on the empty database updates that page size
 **     (waldio_reserve_note_page_size, from SQLITE_FCNTL_PRAGMA);
 **   - each time the connection takes its SHARED lock on the still empty
@@ -159,18 +161,6 @@ static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
 ** SQLITE_FCNTL_PDB (the B-tree's current user: with a shared cache, not
 ** necessarily the one that opened the file). */
 
-/* The page size SQLite gives a new database on this connection. */
-static u32 pending_page_size(sqlite3 *db){
-  sqlite3_stmt *pStmt = 0;
-  u32 page = 0;
-  if( sqlite3_prepare_v2(db, "PRAGMA main.page_size", -1, &pStmt, 0)==SQLITE_OK
-   && sqlite3_step(pStmt)==SQLITE_ROW ){
-    page = (u32)sqlite3_column_int(pStmt, 0);
-  }
-  sqlite3_finalize(pStmt);
-  return page;
-}
-
 static void reserve_remember(sqlite3 *db){
   sqlite3_file *pTop = 0;
   waldio_db_file *p;
@@ -182,7 +172,7 @@ static void reserve_remember(sqlite3 *db){
   }
   if( p->reserveState!=RESERVE_NONE || !p->ppBtreeDb ) return;  /* shared cache */
   if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
-    p->reservePage = pending_page_size(db);
+    p->reservePage = p->pVfs->defaultPageSize;
     p->reserveState = RESERVE_PENDING;
   }
 }
@@ -250,17 +240,18 @@ static int sync_level_default(void){
   return 2;
 }
 
-/* SQLite's compile-time journal_size_limit (SQLITE_DEFAULT_JOURNAL_SIZE_LIMIT,
-** -1 unless a build sets it): what a connection that never runs the PRAGMA
-** has. */
-static long long journal_size_limit_default(void){
-  static const char zOpt[] = "DEFAULT_JOURNAL_SIZE_LIMIT=";
+/* A numeric compile-time option of this SQLite ("DEFAULT_PAGE_SIZE=" ...),
+** or dflt if the build does not list it. What a connection that never runs
+** the matching PRAGMA has: journal_size_limit (-1 unless a build sets it),
+** the page size of a new database (4096). */
+static long long compile_option(const char *zOpt, long long dflt){
+  size_t n = strlen(zOpt);
   const char *z;
   int i;
   for(i=0; (z = sqlite3_compileoption_get(i))!=0; i++){
-    if( strncmp(z, zOpt, sizeof(zOpt)-1)==0 ) return strtoll(z + sizeof(zOpt)-1, 0, 10);
+    if( strncmp(z, zOpt, n)==0 ) return strtoll(z + n, 0, 0);
   }
-  return -1;
+  return dflt;
 }
 
 static int check_options(const waldio_options *o){
@@ -329,7 +320,8 @@ int waldio_register(const char *zName, int makeDefault,
   v->pLower = pLower;
   v->opts = o;
   v->defaultSyncLevel = sync_level_default();
-  v->defaultJournalSizeLimit = journal_size_limit_default();
+  v->defaultJournalSizeLimit = compile_option("DEFAULT_JOURNAL_SIZE_LIMIT=", -1);
+  v->defaultPageSize = (u32)compile_option("DEFAULT_PAGE_SIZE=", 4096);
   waldio_syscalls_default(&v->sys);
   rc = sqlite3_vfs_register(&v->base, makeDefault);
   if( rc==SQLITE_OK ){

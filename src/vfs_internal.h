@@ -36,6 +36,7 @@ typedef struct waldio_vfs {
   struct waldio_db_file *pDbList;   /* open database files (WAL binding) */
   int defaultSyncLevel;      /* SQLite's compile-time WAL synchronous */
   long long defaultJournalSizeLimit;  /* and its journal_size_limit */
+  u32 defaultPageSize;       /* and the page size of a new database */
   char zName[64];
 } waldio_vfs;
 
