@@ -1,6 +1,8 @@
 # The two commands of the README:
 #   make demo   build everything and run the main job (a short side-by-side
-#               benchmark of stock WAL and waldio on a journaled ext4)
+#               benchmark of stock WAL and waldio on a journaled ext4): a
+#               headline and a compact table on the terminal, the full record in
+#               results/ (BENCH_ARGS=--verbose prints it, --plot DIR draws it)
 #   make test   build everything and run every test (C and Python)
 # Both install the Python dependencies they need (pip, PyPI).
 

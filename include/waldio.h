@@ -24,7 +24,7 @@
 **   waldio_prealloc  bytes (K/M/G suffix ok)    (initial log size)
 **   waldio_cache     bytes                      (recent-frame cache)
 **   waldio_flush_ms  milliseconds               (normal-mode flush bound)
-**   waldio_group     off | async | durable      (group commit)
+**   waldio_group     off | async | durable | strict  (group commit)
 **   waldio_group_bytes, waldio_group_ms         (group buffer and interval)
 ** and, at run time, PRAGMA waldio; PRAGMA waldio_sync; PRAGMA waldio_stats;
 ** PRAGMA waldio_flush_ms; PRAGMA waldio_group (and _bytes, _ms).
@@ -78,7 +78,10 @@ extern "C" {
                                  ** asks) when full or after group_ms: may
                                  ** lose the last group_ms of commits */
 #define WALDIO_GROUP_DURABLE 2   /* a commit returns once durable; concurrent
-                                 ** committers share one write + flush */
+                                 ** committers, in any process, share one
+                                 ** flush (others may read it before) */
+#define WALDIO_GROUP_STRICT  3   /* durable, and this process's readers never
+                                 ** see a commit before it is durable */
 
 /* Direct I/O policy. */
 #define WALDIO_IO_DIRECT     0   /* O_DIRECT or a clear error at open */

@@ -60,6 +60,13 @@
 # define SQLITE_FCNTL_BLOCK_ON_CONNECT 44   /* SQLite 3.48+ */
 #endif
 #define WAL_WRITE_LOCK_SLOT 0
+#define WAL_READ_LOCK_FIRST 3     /* WAL_READ_LOCK(0) .. (4) */
+
+/* SQLite's default busy handler sleeps 1, 2, 5, 10 ... ms and counts the
+** nominal times against the busy timeout. Only its first two sleeps are
+** cut short (waldio_busy_sleep): a connection can then lose at most 3 ms
+** of its timeout to early wake-ups. */
+#define BUSY_SLEEP_MAX_US 2000
 #define SHM_MXFRAME   16
 #define SHM_NBACKFILL 96
 
@@ -157,6 +164,12 @@ static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
 ** unless it is on that list. */
 static __thread waldio_db_file *t_lastDb;
 
+/* The connection of this thread whose group-mode write lock attempt just
+** failed (busy, or granted on a stale snapshot and given back unused):
+** SQLite's busy handler is about to sleep (waldio_busy_sleep). Compared
+** with the open files, never dereferenced otherwise. */
+static __thread waldio_db_file *t_lockMiss;
+
 static void db_list_add(waldio_db_file *p){
   waldio_vfs *v = p->pVfs;
   pthread_mutex_lock(&v->dbMutex);
@@ -174,6 +187,7 @@ static void db_list_remove(waldio_db_file *p){
   }
   pthread_mutex_unlock(&v->dbMutex);
   if( t_lastDb==p ) t_lastDb = 0;
+  if( t_lockMiss==p ) t_lockMiss = 0;
 }
 
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal){
@@ -188,6 +202,20 @@ waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal){
   pthread_mutex_unlock(&v->dbMutex);
   if( pFound && pFound!=t_lastDb && nFree>1 ) pFound = 0;   /* ambiguous */
   return pFound;
+}
+
+int waldio_busy_sleep(waldio_vfs *v, int us){
+  waldio_db_file *p;
+  int found = 0;
+  if( !t_lockMiss || us>BUSY_SLEEP_MAX_US ) return 0;
+  pthread_mutex_lock(&v->dbMutex);
+  for(p=v->pDbList; p && !found; p=p->pNextDb) found = p==t_lockMiss;
+  if( found && t_lockMiss->pFlush ){
+    flush_region_await_writer(t_lockMiss->pFlush, us);
+  }
+  pthread_mutex_unlock(&v->dbMutex);
+  t_lockMiss = 0;
+  return found;
 }
 
 static int dbClose(sqlite3_file *f){
@@ -281,6 +309,23 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
   }
 }
 
+/* COMMIT_PHASETWO of a group commit: return once it is durable (durable,
+** strict), at once otherwise (async: the deadline flushes it). */
+static int wait_for_commit(waldio_db_file *p, waldio_wal_file *pWal){
+  u64 seq = pWal->commitSeq;
+  int shared = pWal->commitShared, rc = SQLITE_OK;
+  volatile flush_region *pFlush;
+  pWal->commitSeq = 0;
+  pWal->commitShared = 0;
+  pWal->inCommit = 0;
+  if( log_group_mode(pWal->pLog)<WALDIO_GROUP_DURABLE ) return SQLITE_OK;
+  if( !shared ) return group_wait(pWal->pLog, seq);
+  pFlush = waldio_db_flush_region(p, &rc);
+  if( pFlush ) rc = flush_region_wait(pWal->pLog, pFlush, seq);
+  if( rc==SQLITE_OK ) log_note_flushed(pWal->pLog, pWal->commitWriteSeq);
+  return rc;
+}
+
 static int dbFileControl(sqlite3_file *f, int op, void *pArg){
   waldio_db_file *p = D(f);
   sqlite3_file *o = ORIGFILE(f);
@@ -324,27 +369,26 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       ** runs, except with a heap-memory wal-index (locking_mode=EXCLUSIVE):
       ** then here. */
       if( p->pWal && p->pWal->needsSync && !log_inherited(p->pWal->pLog) ){
-        int rc = waldio_wal_barrier(p->pWal);
+        rc = waldio_wal_barrier(p->pWal);
         if( rc ) return rc;
       }
       /* After SQLite released the WAL write lock: a durable group commit
-      ** waits here for the group write carrying it (log_group.h). */
+      ** waits here for the group write (solo) or the flush (shared)
+      ** carrying it (log_group.h). */
       if( p->pWal && p->pWal->commitSeq && !log_inherited(p->pWal->pLog) ){
-        u64 seq = p->pWal->commitSeq;
-        p->pWal->commitSeq = 0;
-        p->pWal->inCommit = 0;
-        if( log_group_mode(p->pWal->pLog)==WALDIO_GROUP_DURABLE ){
-          return group_wait(p->pWal->pLog, seq);
-        }
+        return wait_for_commit(p, p->pWal);
       }
       break;
     case SQLITE_FCNTL_CKPT_START:
-      /* A checkpoint must never copy a frame that is not in the log yet. */
+      /* A checkpoint must never copy a frame that is not in the log yet.
+      ** (Durable is another matter: SQLite's WAL sync, just before this,
+      ** made it so where the synchronous setting asks, wal_file.c.) With
+      ** synchronous=OFF there was no sync, and a solo group buffer may
+      ** still hold frames. */
       if( p->pWal && !log_inherited(p->pWal->pLog)
        && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF ){
-        if( group_write_all(p->pWal->pLog)==SQLITE_OK && waldio_db_sync_level(p)>0 ){
-          log_sync_published(p->pWal->pLog, p->shm0);
-        }
+        rc = group_write_all(p->pWal->pLog);
+        if( rc ) return rc;
       }
       break;
     case SQLITE_FCNTL_EXTERNAL_READER:
@@ -365,13 +409,34 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
   return rc;
 }
 
+/* Region 0 of waldio's wal-index file is the flush region; SQLite's
+** region i is the file's region i+1. (A passthrough database's wal-index
+** is the lower VFS's own, unshifted.) */
+static int host_region(waldio_db_file *p, int iRegion){
+  return p->pShmHost ? iRegion + 1 : iRegion;
+}
+
+volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc){
+  volatile void *pMap = 0;
+  sqlite3_file *h;
+  *pRc = SQLITE_OK;
+  if( p->pFlush || !p->shm0 || !p->pShmHost ) return p->pFlush;
+  h = p->pShmHost;
+  *pRc = h->pMethods->xShmMap(h, 0, WAL_INDEX_REGION_BYTES, 1, &pMap);
+  if( *pRc==SQLITE_OK && !pMap ) *pRc = SQLITE_IOERR_SHMMAP;
+  if( *pRc==SQLITE_OK ) *pRc = flush_region_attach((volatile flush_region*)pMap, p->zWalPath);
+  if( *pRc ) return 0;
+  p->pFlush = (volatile flush_region*)pMap;
+  return p->pFlush;
+}
+
 static int dbShmMap(sqlite3_file *f, int iRegion, int szRegion, int bExtend,
                     void volatile **pp){
   int rc;
   sqlite3_file *h = shm_host(D(f), &rc);
   *pp = 0;
   if( !h ) return rc;
-  rc = h->pMethods->xShmMap(h, iRegion, szRegion, bExtend, pp);
+  rc = h->pMethods->xShmMap(h, host_region(D(f), iRegion), szRegion, bExtend, pp);
   if( (rc==SQLITE_OK || rc==SQLITE_READONLY) && *pp ){
     if( iRegion==0 ) D(f)->shm0 = *pp;
     if( iRegion<WAL_INDEX_REGIONS && szRegion==WAL_INDEX_REGION_BYTES ){
@@ -381,15 +446,87 @@ static int dbShmMap(sqlite3_file *f, int iRegion, int szRegion, int bExtend,
   return rc;
 }
 
+/* Strict group mode: a read transaction (its read lock just granted) sees
+** only durable commits. Every commit it can see took its ticket (or was
+** appended to the solo buffer) before it was published, so waiting for
+** what was handed out by now suffices; SQLite re-checks the wal-index
+** header after the lock, and retries if a commit was published since. */
+static int wait_until_visible_is_durable(waldio_db_file *p){
+  waldio_log *pLog = p->pWal->pLog;
+  volatile flush_region *pFlush;
+  int rc = SQLITE_OK;
+  if( log_inherited(pLog) || log_group_mode(pLog)!=WALDIO_GROUP_STRICT ){
+    return SQLITE_OK;
+  }
+  rc = group_wait_all(pLog);                    /* solo buffer, if any */
+  if( rc==SQLITE_OK && !log_group_solo(pLog)
+   && (pFlush = waldio_db_flush_region(p, &rc))!=0 ){
+    rc = flush_region_wait(pLog, pFlush, flush_region_written(pFlush));
+  }
+  return rc;
+}
+
+static int is_read_lock(int ofst, int n, int flags){
+  return n==1 && ofst>=WAL_READ_LOCK_FIRST && ofst<WAL_READ_LOCK_FIRST + 5
+      && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_SHARED);
+}
+
+/* One xShmLock call on the host, as flush_region_lock_write retries it. */
+typedef struct shm_lock_call {
+  sqlite3_file *h;
+  int ofst, n, flags;
+} shm_lock_call;
+
+static int try_shm_lock(void *pArg){
+  shm_lock_call *c = pArg;
+  return c->h->pMethods->xShmLock(c->h, c->ofst, c->n, c->flags);
+}
+
+/* Group mode: a commit holds the WAL write lock for microseconds, so a
+** writer that finds it held waits for its release (flush_region.h) rather
+** than go to SQLite's busy handler, whose sleeps (1, 2, 5 ms...) are each
+** longer than a group flush: with many processes they would leave the
+** flushes half empty. Bounded: then the busy handler takes over. */
+#define WRITE_LOCK_WAIT_MS 5
+
+static int lock_waits_for_writer(waldio_db_file *p, int ofst, int n, int flags){
+  return p->pFlush && p->pWal && ofst==WAL_WRITE_LOCK_SLOT && n==1
+      && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE)
+      && !log_inherited(p->pWal->pLog)
+      && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF;
+}
+
 static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   waldio_db_file *p = D(f);
-  int rc;
+  shm_lock_call call;
+  int rc, waits;
   sqlite3_file *h = shm_host(p, &rc);
   if( !h ) return rc;
-  rc = h->pMethods->xShmLock(h, ofst, n, flags);
+  call.h = h; call.ofst = ofst; call.n = n; call.flags = flags;
+  waits = lock_waits_for_writer(p, ofst, n, flags);
+  if( waits ){
+    rc = flush_region_lock_write(p->pFlush, try_shm_lock, &call,
+                                 WRITE_LOCK_WAIT_MS);
+  }else{
+    rc = try_shm_lock(&call);
+  }
+  if( waits && rc==SQLITE_BUSY ) t_lockMiss = p;
+  if( rc==SQLITE_OK && p->pWal && is_read_lock(ofst, n, flags) ){
+    if( t_lockMiss==p ) t_lockMiss = 0;
+    rc = wait_until_visible_is_durable(p);
+    if( rc ) h->pMethods->xShmLock(h, ofst, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
+    return rc;
+  }
   if( rc==SQLITE_OK && ofst<=WAL_WRITE_LOCK_SLOT
    && WAL_WRITE_LOCK_SLOT<ofst+n ){
     if( flags & SQLITE_SHM_UNLOCK ){
+      if( p->holdsWriteLock && p->pFlush ){
+        flush_region_writing(p->pFlush, 0);
+        flush_region_released(p->pFlush);
+        /* Given back without a write: a stale snapshot (SQLITE_BUSY_
+        ** SNAPSHOT), and the busy handler sleeps next. */
+        if( p->pWal && !p->pWal->wroteUnderLock ) t_lockMiss = p;
+      }
       p->holdsWriteLock = 0;
       if( p->pWal ){
         p->pWal->wroteSinceBarrier = 0;
@@ -397,6 +534,9 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
       }
     }else if( flags & SQLITE_SHM_EXCLUSIVE ){
       p->holdsWriteLock = 1;
+      if( p->pWal ) p->pWal->wroteUnderLock = 0;
+      if( t_lockMiss==p ) t_lockMiss = 0;
+      if( p->pFlush ) flush_region_writing(p->pFlush, 1);
     }
   }
   return rc;
@@ -440,6 +580,7 @@ static int dbShmUnmap(sqlite3_file *f, int deleteFlag){
     p->pWal->closeClean = 1;
   }
   p->shm0 = 0;
+  p->pFlush = 0;
   memset(&p->view, 0, sizeof(p->view));
   if( p->pShmHost ){
     rc = p->pShmHost->pMethods->xShmUnmap(p->pShmHost, deleteFlag);

@@ -1,11 +1,12 @@
 /*
 ** log_flusher.c — the log's background thread (see log_flusher.h).
 **
-** Two deadlines: the normal-mode flush deadline, set by the first write
+** Three deadlines: the normal-mode flush deadline, set by the first write
 ** under a flush bound (LOG_ARM: a NORMAL or ns commit) after the last flush
 ** and not pushed back by later writes (so the bound holds under a steady
-** stream of commits: at most one flush per flush_ms), and the group
-** buffer's (log_group.c), which it only reads. At the deadline it flushes
+** stream of commits: at most one flush per flush_ms), the group buffer's
+** and the knock poll of solo group mode (log_group.c), which it only
+** reads. At the normal-mode deadline it flushes
 ** only if such a write is still unflushed (armedSeq > flushedSeq): another
 ** sync (a checkpoint's, SQLite's) may have covered it, and a flush then
 ** would only write back the next transaction's spilled frames early.
@@ -32,12 +33,16 @@ static i64 now_ns(void){
   return (i64)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* The earlier of the two deadlines, 0 if neither is set. Mutex held. */
-static i64 next_deadline(const waldio_log *pLog){
-  i64 a = pLog->pFlusher->deadlineNs, b = pLog->group.deadlineNs;
+static i64 earlier(i64 a, i64 b){
   if( a==0 ) return b;
   if( b==0 ) return a;
   return a<b ? a : b;
+}
+
+/* The earliest deadline, 0 if none is set. Mutex held. */
+static i64 next_deadline(const waldio_log *pLog){
+  return earlier(earlier(pLog->pFlusher->deadlineNs, pLog->group.deadlineNs),
+                 pLog->group.knockNs);
 }
 
 static void *flusher_main(void *pArg){
@@ -55,6 +60,8 @@ static void *flusher_main(void *pArg){
       pthread_cond_timedwait(&f->cond, &pLog->mutex, &ts);
     }else if( pLog->group.deadlineNs && t>=pLog->group.deadlineNs ){
       group_on_deadline(pLog);            /* releases the mutex while writing */
+    }else if( pLog->group.knockNs && t>=pLog->group.knockNs ){
+      group_on_knock_poll(pLog);          /* the same */
     }else{
       f->deadlineNs = 0;
       pthread_mutex_unlock(&pLog->mutex);

@@ -8,8 +8,9 @@
 ** direct writes are already on the device, in its write cache: the flusher
 ** issues one fdatasync no later than flush_ms after the first unflushed
 ** write, so power loss can cost at most flush_ms (+ one flush) of commits.
-** In group async mode it also writes the group buffer at its deadline
-** (log_group.h).
+** In group async mode it also writes the group buffer (or, shared, flushes)
+** at its deadline, and in solo group mode it looks every few milliseconds
+** for another process knocking (log_group.h G5).
 **
 ** One thread per log, started by the first event that needs it and joined
 ** when the log closes. It never runs SQLite code; a failed write or flush

@@ -1,10 +1,14 @@
 /*
-** log_group.c — group commit (see log_group.h for the modes and G1-G4).
+** log_group.c — group commit (see log_group.h for the modes and G1-G5).
 **
-** One group write takes the whole buffer: the buffers are swapped under the
-** mutex, so committers keep appending to a fresh buffer while the taken one
-** is written outside the mutex. Commits appended before the swap are covered
-** by that write; later ones by the next.
+** Solo: one group write takes the whole buffer: the buffers are swapped
+** under the mutex, so committers keep appending to a fresh buffer while the
+** taken one is written outside the mutex. Commits appended before the swap
+** are covered by that write; later ones by the next.
+**
+** Shared: the commit path is wal_file.c's and the flush protocol
+** flush_region.c's; here only the switch between the two and the async
+** deadline.
 */
 #include "log_group.h"
 #include "errors.h"
@@ -107,6 +111,10 @@ int group_append(waldio_log *pLog, u32 first, u32 n, const u8 *img, int needs,
   int rc = SQLITE_OK;
 
   pthread_mutex_lock(&pLog->mutex);
+  if( !g->solo ){
+    pthread_mutex_unlock(&pLog->mutex);
+    return GROUP_NOT_SOLO;
+  }
   slot = pLog->sb.geo.slot;
   if( g->n && first!=g->first + g->n ) rc = write_locked(pLog);      /* G1 */
   if( rc==SQLITE_OK
@@ -169,12 +177,40 @@ int group_write_all(waldio_log *pLog){
 
 void group_on_deadline(waldio_log *pLog){
   log_group *g = &pLog->group;
+  int rc;
   g->deadlineNs = 0;
-  if( write_locked(pLog)!=SQLITE_OK ){
+  if( g->n || g->busy ){
+    rc = write_locked(pLog);
+  }else{
+    /* Shared async: the commits are in the file; flush what they owe. */
+    pthread_mutex_unlock(&pLog->mutex);
+    rc = log_sync_from_flusher(pLog);
+    pthread_mutex_lock(&pLog->mutex);
+  }
+  if( rc!=SQLITE_OK ){
     waldio_error(SQLITE_IOERR_WRITE, "%s: a background group write failed;"
                  " commits of the last %d ms may be lost", pLog->zPath,
                  g->intervalMs);
   }
+}
+
+void group_arm_async(waldio_log *pLog){
+  log_group *g = &pLog->group;
+  pthread_mutex_lock(&pLog->mutex);
+  if( g->deadlineNs==0 ){
+    g->deadlineNs = now_ns() + (i64)g->intervalMs * 1000000;
+    flusher_wake(pLog);
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+}
+
+int group_wait_all(waldio_log *pLog){
+  u64 seq, done;
+  pthread_mutex_lock(&pLog->mutex);
+  seq = pLog->group.nAppended;
+  done = pLog->group.nDone;
+  pthread_mutex_unlock(&pLog->mutex);
+  return seq>done ? group_wait(pLog, seq) : SQLITE_OK;
 }
 
 int group_lookup(const waldio_log *pLog, u32 frame, u8 *out){
@@ -189,4 +225,91 @@ int group_lookup(const waldio_log *pLog, u32 frame, u8 *out){
     return 1;
   }
   return 0;
+}
+
+/* ------------------------------------------------ solo, shared, and off */
+
+int log_group_mode(waldio_log *pLog){
+  int mode;
+  pthread_mutex_lock(&pLog->mutex);
+  mode = pLog->group.mode;
+  pthread_mutex_unlock(&pLog->mutex);
+  return mode;
+}
+
+int log_group_solo(waldio_log *pLog){
+  int solo;
+  pthread_mutex_lock(&pLog->mutex);
+  solo = pLog->group.solo;
+  pthread_mutex_unlock(&pLog->mutex);
+  return solo;
+}
+
+/* G5, in its order: no new commit joins the buffer, the buffer is in the
+** file, then others may open the log. */
+int group_leave_solo(waldio_log *pLog){
+  int rc;
+  pthread_mutex_lock(&pLog->mutex);
+  if( !pLog->group.solo ){
+    pthread_mutex_unlock(&pLog->mutex);
+    return SQLITE_OK;
+  }
+  pLog->group.solo = 0;
+  pLog->group.knockNs = 0;
+  rc = write_locked(pLog);
+  pthread_mutex_unlock(&pLog->mutex);
+  /* Solo commits took no ticket (flush_region.h F5): make them durable
+  ** before another process can see them, or its checkpoint could copy a
+  ** frame that is not. */
+  if( rc==SQLITE_OK ) rc = log_flush_now(pLog);
+  if( rc==SQLITE_OK && !pLog->file.readonly ){
+    log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_SHARED);
+  }
+  return rc;
+}
+
+#define KNOCK_POLL_MS 5
+
+int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
+  int was = log_group_mode(pLog), solo = 0, rc = SQLITE_OK;
+  if( mode==WALDIO_GROUP_OFF && was!=WALDIO_GROUP_OFF ){
+    /* What async commits still owe, buffered or written. */
+    rc = group_leave_solo(pLog);
+    if( rc==SQLITE_OK ) rc = log_sync(pLog);
+  }
+  if( rc ) return rc;
+  if( mode!=WALDIO_GROUP_OFF && was==WALDIO_GROUP_OFF && !pLog->file.readonly ){
+    /* L5: an atomic upgrade of USE; refused, the shared lock stays held and
+    ** the process joins the others in shared group commit. */
+    solo = log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE)==0;
+  }
+  pthread_mutex_lock(&pLog->mutex);
+  if( was==WALDIO_GROUP_OFF ) pLog->group.solo = solo;
+  pLog->group.mode = mode;
+  pLog->group.capBytes = bytes;
+  pLog->group.intervalMs = ms;
+  if( pLog->group.solo && pLog->group.knockNs==0 ){
+    pLog->group.knockNs = now_ns() + (i64)KNOCK_POLL_MS * 1000000;
+    flusher_wake(pLog);                   /* it looks for knocks (G5) */
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+  return SQLITE_OK;
+}
+
+/* The flusher's part of G5: look for an opener's knock. Mutex held. */
+void group_on_knock_poll(waldio_log *pLog){
+  log_group *g = &pLog->group;
+  int knocked;
+  g->knockNs = 0;
+  pthread_mutex_unlock(&pLog->mutex);
+  knocked = log_lock_held_elsewhere(pLog->sys, pLog->file.fd, LOG_LOCK_KNOCK,
+                                    LOG_EXCLUSIVE);
+  if( knocked && group_leave_solo(pLog)!=SQLITE_OK ){
+    waldio_error(SQLITE_IOERR_WRITE, "%s: writing the group buffer for"
+                 " another process failed", pLog->zPath);
+  }
+  pthread_mutex_lock(&pLog->mutex);
+  if( g->solo && g->mode!=WALDIO_GROUP_OFF ){
+    g->knockNs = now_ns() + (i64)KNOCK_POLL_MS * 1000000;
+  }
 }

@@ -1,22 +1,36 @@
 /*
-** log_group.h — group commit: the frames of several transactions written to
-** the log (and flushed) together.
+** log_group.h — group commit: the commits of several transactions made
+** durable together (PRAGMA waldio_group, one mode per log and process).
 **
-** In group modes a commit's frames are appended to the log's group buffer
-** instead of being written by the committing connection:
+**   async    the commit returns at once; its frames are written and
+**            flushed (as the sync mode asks) within group_ms. A crash can
+**            lose the commits of the last group_ms (+ one write).
+**   durable  the commit returns only once it is durable; concurrent
+**            committers share the flush (PostgreSQL's group commit: a lone
+**            committer never waits for a timer). Other connections may
+**            read a commit before it is durable (early lock release).
+**   strict   durable, and a read transaction of this process begins only
+**            once every commit it can see is durable.
 **
-**   async    the commit returns at once. The buffer is written with one
-**            aligned direct write (plus the flush the sync mode asks for)
-**            when it holds group_bytes or group_ms after its first commit,
-**            by the flusher thread (log_flusher.c). A crash can lose the
-**            commits of the last group_ms (+ one write).
-**   durable  the commit returns only after its frames are durable: when
-**            SQLite has released the WAL write lock (SQLITE_FCNTL_COMMIT_
-**            PHASETWO), the committer waits until a group write covering
-**            its commit has finished, and if none is under way, does one
-**            itself for everything buffered so far (PostgreSQL's group
-**            commit: concurrent committers share one write and one flush;
-**            a lone committer never waits for a timer).
+** A mode runs one of two ways:
+**   solo     while no other process has the log open, this process holds
+**            LOG_LOCK_USE exclusively (wal_log.h L5) and a commit's frames
+**            are appended to the log's group buffer instead of being
+**            written by the committing connection. The buffer is written
+**            with one aligned direct write (plus the flush the sync mode
+**            asks for): async, when it holds group_bytes or group_ms after
+**            its first commit, by the flusher thread (log_flusher.c);
+**            durable, when SQLite has released the WAL write lock
+**            (SQLITE_FCNTL_COMMIT_PHASETWO): the committer waits until a
+**            group write covering its commit has finished, and if none is
+**            under way, does one itself for everything buffered so far.
+**   shared   once another process has the log open (when the mode was
+**            switched on, or an opener knocked, LOG_LOCK_KNOCK), each
+**            commit writes its own frames into the log under SQLite's write
+**            lock, visible to every process, and only the flush is shared:
+**            durable and strict wait in COMMIT_PHASETWO for a flush that
+**            any process makes (flush_region.h); async arms a flush within
+**            group_ms. A log stays shared until the mode is switched off.
 **
 ** Invariants:
 **   G1  Buffered frames are contiguous: a frame that does not extend the
@@ -27,7 +41,11 @@
 **       they asked; commit seq s is durable iff nDone >= s.
 **   G4  Every path that needs the file to hold all frames (a read of a
 **       non-published frame, a rewrite, a new generation, a checkpoint,
-**       close) writes the buffer first (group_write_all).
+**       close, a shared commit) writes the buffer first (group_write_all).
+**   G5  solo is set only while this process holds USE exclusively. Leaving
+**       solo clears it, writes the buffer (G4), and only then downgrades
+**       USE: an opener never reads a published frame that only a buffer
+**       of another process holds.
 ** All functions take the log's mutex themselves unless noted.
 */
 #ifndef WALDIO_LOG_GROUP_H
@@ -51,7 +69,10 @@ typedef struct log_group {
   u64 nDone;                /* G3 */
   int busy;                 /* G2 */
   pthread_cond_t cond;      /* broadcast when a group write ends */
-  i64 deadlineNs;           /* async: write by then (0: nothing buffered) */
+  i64 deadlineNs;           /* async: write (solo) or flush (shared) by
+                            ** then; 0: nothing owed */
+  int solo;                 /* G5 */
+  i64 knockNs;              /* solo: when the flusher looks for a knock */
 } log_group;
 
 void group_init(log_group *g);
@@ -63,7 +84,10 @@ void group_free(log_group *g);
 #define GROUP_ARM   0x4   /* the normal-mode flush timer (synchronous=NORMAL) */
 
 /* Append the images of n consecutive new frames starting at first, the
-** last of which is a commit frame. *pSeq receives the commit's number. */
+** last of which is a commit frame. *pSeq receives the commit's number.
+** Returns GROUP_NOT_SOLO, appending nothing, once the log is shared (G5):
+** the caller commits the shared way. */
+#define GROUP_NOT_SOLO 0x4e534f4c   /* not an SQLite result code */
 int group_append(waldio_log *pLog, u32 first, u32 n, const u8 *img, int needs,
                  u64 *pSeq);
 
@@ -73,12 +97,30 @@ int group_wait(waldio_log *pLog, u64 seq);
 /* G4: write everything buffered now (waits for a write under way). */
 int group_write_all(waldio_log *pLog);
 
-/* The flusher thread's part: write the buffer if its deadline passed.
-** Call with the log mutex held; returns with it held. */
+/* The flusher thread's part: write the buffer (solo) or flush (shared
+** async) when the deadline passed; look for a knock (solo). Call with the
+** log mutex held; they return with it held. */
 void group_on_deadline(waldio_log *pLog);
+void group_on_knock_poll(waldio_log *pLog);
 
 /* A buffered or in-flight frame's image, copied into out; 1 if found.
 ** Mutex held. */
 int group_lookup(const waldio_log *pLog, u32 frame, u8 *out);
+
+/* Switch group commit for every connection of this process on this log
+** (WALDIO_GROUP_*): solo if no other process has the log open, else
+** shared. Switching off writes and flushes what is owed. */
+int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms);
+int log_group_mode(waldio_log *pLog);
+int log_group_solo(waldio_log *pLog);
+
+/* G5: another process knocked: write the buffer, go shared. */
+int group_leave_solo(waldio_log *pLog);
+
+/* Shared async: a commit was written; flush it within group_ms. */
+void group_arm_async(waldio_log *pLog);
+
+/* Strict, solo: return once every commit appended so far is durable. */
+int group_wait_all(waldio_log *pLog);
 
 #endif

@@ -24,15 +24,25 @@
 **                  taken, never waited for, while INIT is held (formatting,
 **                  converting, the last close) or to switch on group commit.
 **
+**   LOG_LOCK_KNOCK shared by an opener that found USE held exclusively (a
+**                  process in single-process group mode, log_group.h) while
+**                  it waits: that process sees the knock (a probe, never a
+**                  wait), writes what it buffers and downgrades USE.
+**   LOG_LOCK_LEADER exclusive while a process flushes the log for every
+**                  process's durable group commits (flush_region.h); only
+**                  ever tried, and released before the flusher returns.
+**
 ** Lock order: INIT, then USE. USE is only ever *tried* (no wait) while INIT
-** is held, so no two processes can wait for each other.
+** is held, so no two processes can wait for each other. KNOCK and LEADER
+** are never waited for.
 */
 #ifndef WALDIO_LOG_LOCK_H
 #define WALDIO_LOG_LOCK_H
 
 #include "syscalls.h"
 
-enum { LOG_LOCK_INIT = 0, LOG_LOCK_USE = 1 };
+enum { LOG_LOCK_INIT = 0, LOG_LOCK_USE = 1, LOG_LOCK_KNOCK = 2,
+       LOG_LOCK_LEADER = 3 };
 enum { LOG_UNLOCKED = 0, LOG_SHARED = 1, LOG_EXCLUSIVE = 2 };
 
 /* Set lock `which` to `mode` without waiting. Returns 0, EAGAIN if another
@@ -42,5 +52,10 @@ int log_lock(const waldio_syscalls *sys, int fd, int which, int mode);
 /* The same, retrying for up to ms milliseconds while the answer is EAGAIN. */
 int log_lock_wait(const waldio_syscalls *sys, int fd, int which, int mode,
                   int ms);
+
+/* Non-zero if another open file holds lock `which` in a mode that
+** conflicts with `mode` (F_OFD_GETLK: nothing is taken). */
+int log_lock_held_elsewhere(const waldio_syscalls *sys, int fd, int which,
+                            int mode);
 
 #endif

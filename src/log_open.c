@@ -25,8 +25,10 @@
 **                                          committed transactions.
 **      "Alone" is LOG_LOCK_USE taken exclusively without waiting.
 **   3. Take LOG_LOCK_USE shared (an atomic downgrade where step 2 took it
-**      exclusively) and release INIT. If a process in group mode holds USE
-**      exclusively, release INIT, wait and start again (bounded).
+**      exclusively) and release INIT. If a process in solo group mode holds
+**      USE exclusively, knock (LOG_LOCK_KNOCK shared), release INIT, and
+**      start again every millisecond: that process writes its group buffer
+**      and downgrades USE within milliseconds (log_group.h G5).
 ** Every opener re-reads block 0 after its lock wait, so concurrent first
 ** opens all succeed: the first formats, the others find the format done.
 **
@@ -48,7 +50,8 @@
 #include <unistd.h>
 
 #define INIT_WAIT_MS 30000   /* INIT is held only for bounded work */
-#define GROUP_WAIT_MS 5000   /* a group-mode process holding USE */
+#define GROUP_WAIT_MS 5000   /* a solo group-mode process holding USE: it
+                             ** answers a knock within milliseconds */
 #define ATTACH_RETRY 0x57415454   /* not an SQLite code: "release, retry" */
 
 /* ------------------------------------------- process-wide: exit and fork */
@@ -77,15 +80,25 @@ static void flush_at_exit(void){
 }
 
 /* fork(): no registry mutex may be held by another thread at the moment of
-** the fork, or the child would deadlock on it. */
+** the fork, or the child would deadlock on it; and no shared flush may be
+** under way: the child would inherit its OFD leader lock, and keep it held
+** if the parent then died (flush_region.h F4). */
 static void before_fork(void){
   log_registry *r;
+  waldio_log *p;
   pthread_mutex_lock(&g_regMutex);
-  for(r=g_pRegistries; r; r=r->pNextRegistry) pthread_mutex_lock(&r->mutex);
+  for(r=g_pRegistries; r; r=r->pNextRegistry){
+    pthread_mutex_lock(&r->mutex);
+    for(p=r->pList; p; p=p->pNext) pthread_mutex_lock(&p->leaderMutex);
+  }
 }
 static void after_fork_parent(void){
   log_registry *r;
-  for(r=g_pRegistries; r; r=r->pNextRegistry) pthread_mutex_unlock(&r->mutex);
+  waldio_log *p;
+  for(r=g_pRegistries; r; r=r->pNextRegistry){
+    for(p=r->pList; p; p=p->pNext) pthread_mutex_unlock(&p->leaderMutex);
+    pthread_mutex_unlock(&r->mutex);
+  }
   pthread_mutex_unlock(&g_regMutex);
 }
 static void after_fork_child(void){
@@ -280,16 +293,20 @@ static int attach_locked(waldio_log *pLog, const log_request *req){
   const waldio_syscalls *sys = pLog->sys;
   int fd = pLog->file.fd;
   int initMode = pLog->file.readonly ? LOG_SHARED : LOG_EXCLUSIVE;
-  int waited = 0, err, rc;
+  int waited = 0, knocking = 0, err, rc;
 
   for(;;){
     err = log_lock_wait(sys, fd, LOG_LOCK_INIT, initMode, INIT_WAIT_MS);
     if( err==EAGAIN ){
-      return waldio_error(SQLITE_BUSY, "%s: cannot lock the log to open it:"
+      rc = waldio_error(SQLITE_BUSY, "%s: cannot lock the log to open it:"
           " another process has held it for more than %d s (initializing or"
           " converting it)", pLog->zPath, INIT_WAIT_MS/1000);
+      break;
     }
-    if( err ) return waldio_errno(SQLITE_IOERR_LOCK, err, "cannot lock log", pLog->zPath);
+    if( err ){
+      rc = waldio_errno(SQLITE_IOERR_LOCK, err, "cannot lock log", pLog->zPath);
+      break;
+    }
     rc = same_file_as_path(pLog);
     if( rc==SQLITE_OK ) rc = init_file(pLog, req);
     if( rc==SQLITE_OK ){
@@ -304,15 +321,21 @@ static int attach_locked(waldio_log *pLog, const log_request *req){
       log_lock(sys, fd, LOG_LOCK_USE, LOG_UNLOCKED);
     }
     log_lock(sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
-    if( rc!=ATTACH_RETRY ) return rc;
+    if( rc!=ATTACH_RETRY ) break;
     if( waited>=GROUP_WAIT_MS ){
-      return waldio_error(SQLITE_CANTOPEN, "%s: another process uses this"
-          " database with waldio group commit, which needs it alone; close it"
-          " there first", pLog->zPath);
+      rc = waldio_error(SQLITE_BUSY, "%s: another process keeps this database"
+          " in single-process group commit and did not give it up within %d s"
+          " (is that process stopped, or using an older libwaldio?)",
+          pLog->zPath, GROUP_WAIT_MS/1000);
+      break;
     }
-    usleep(2000);
-    waited += 2;
+    /* A process in solo group mode holds USE: knock (log_group.h G5). */
+    if( !knocking ) knocking = log_lock(sys, fd, LOG_LOCK_KNOCK, LOG_SHARED)==0;
+    usleep(1000);
+    waited += 1;
   }
+  if( knocking ) log_lock(sys, fd, LOG_LOCK_KNOCK, LOG_UNLOCKED);
+  return rc;
 }
 
 /* ------------------------------------------------------- the log object */
@@ -336,6 +359,7 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
   pLog->flushMs = o->flush_ms;
   pthread_mutex_init(&pLog->mutex, 0);
   pthread_mutex_init(&pLog->growMutex, 0);
+  pthread_mutex_init(&pLog->leaderMutex, 0);
   group_init(&pLog->group);
   pLog->group.capBytes = o->group_bytes;
   pLog->group.intervalMs = o->group_ms;
@@ -347,6 +371,7 @@ static void log_free(waldio_log *pLog){
   group_free(&pLog->group);
   frame_cache_free(&pLog->cache);
   pthread_mutex_destroy(&pLog->growMutex);
+  pthread_mutex_destroy(&pLog->leaderMutex);
   pthread_mutex_destroy(&pLog->mutex);
   free(pLog->zPath);
   free(pLog);

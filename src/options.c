@@ -25,7 +25,7 @@ void waldio_options_default(waldio_options *o){
 
 static const char *azLayout[] = { "auto", "embed", "pad4k", "pad8k" };
 static const char *azIo[] = { "direct", "auto", "buffered" };
-static const char *azGroup[] = { "off", "async", "durable" };
+static const char *azGroup[] = { "off", "async", "durable", "strict" };
 
 const char *waldio_layout_name(int layout){
   return layout>=0 && layout<=3 ? azLayout[layout] : "unknown";
@@ -36,12 +36,12 @@ const char *waldio_io_name(int io){
 }
 
 const char *waldio_group_name(int group){
-  return group>=0 && group<=2 ? azGroup[group] : "unknown";
+  return group>=0 && group<=3 ? azGroup[group] : "unknown";
 }
 
 int waldio_parse_group(const char *z, int *pOut){
   int i;
-  for(i=0; i<=2; i++){
+  for(i=0; i<=3; i++){
     if( strcasecmp(z, azGroup[i])==0 ){ *pOut = i; return 0; }
   }
   return -1;
@@ -134,7 +134,7 @@ int waldio_options_from_uri(waldio_options *o, const char *zUri){
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_group"))!=0
    && waldio_parse_group(z, &o->group) ){
-    return bad_uri("waldio_group", z, "off, async or durable");
+    return bad_uri("waldio_group", z, "off, async, durable or strict");
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_group_bytes"))!=0
    && (waldio_parse_bytes(z, &o->group_bytes) || o->group_bytes<4096

@@ -11,8 +11,9 @@
 **   PRAGMA waldio_stats;            counters of this log in this process (JSON)
 **   PRAGMA waldio_stats=reset;      zero them
 **   PRAGMA waldio_flush_ms[=N];     normal-mode flush bound in milliseconds
-**   PRAGMA waldio_group[=M];        group commit: off | async | durable, for
-**                                   every connection of this process
+**   PRAGMA waldio_group[=M];        group commit: off | async | durable |
+**                                   strict, for every connection of this
+**                                   process (other processes may join)
 **   PRAGMA waldio_group_bytes[=N];  group buffer size (4K..16M)
 **   PRAGMA waldio_group_ms[=N];     async group interval in milliseconds
 **
@@ -66,6 +67,14 @@ static const char *effective_sync(const waldio_db_file *p){
   return level>=0 && level<=3 ? az[level] : "unknown";
 }
 
+/* How group commit runs in this process: "process" (solo: commits are
+** buffered in memory while no other process has the log open) or
+** "shared" (commits written, flushes shared between processes). */
+static const char *group_scope(waldio_log *pLog){
+  if( !pLog || log_group_mode(pLog)==WALDIO_GROUP_OFF ) return "off";
+  return log_group_solo(pLog) ? "process" : "shared";
+}
+
 static char *status_json(waldio_db_file *p){
   waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
   char *zVfs = json_str(p->pVfs->zName);
@@ -73,6 +82,7 @@ static char *status_json(waldio_db_file *p){
       "\"sync\":\"%s\",\"sync_setting\":\"%s\",\"io_setting\":\"%s\","
       "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
       "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
+      "\"group_scope\":\"%s\","
       "\"group_bytes\":%lld,\"group_ms\":%d,\"idle_log_bytes\":%lld,"
       "\"wal_open\":%s,\"passthrough\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
@@ -81,6 +91,7 @@ static char *status_json(waldio_db_file *p){
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
       waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
+      group_scope(pLog),
       p->opts.group_bytes, p->opts.group_ms, (long long)waldio_db_idle_bound(p),
       pLog ? "true" : "false",
       p->passthrough>0 ? "true" : "false");
@@ -193,7 +204,7 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
     }
     if( bad ){
       return refuse(az, sqlite3_mprintf("waldio_group%s=%s: expected"
-          " %s", zWhich, zArg, zWhich[0]==0 ? "off, async or durable"
+          " %s", zWhich, zArg, zWhich[0]==0 ? "off, async, durable or strict"
           : zWhich[1]=='b' ? "a size between 4K and 16M" : "milliseconds, 1..60000"));
     }
     if( p->pWal ){

@@ -66,7 +66,10 @@ static void vDlClose(sqlite3_vfs *p, void *h){ LOWER(p)->xDlClose(LOWER(p), h); 
 static int vRandomness(sqlite3_vfs *p, int n, char *z){
   return LOWER(p)->xRandomness(LOWER(p), n, z);
 }
-static int vSleep(sqlite3_vfs *p, int us){ return LOWER(p)->xSleep(LOWER(p), us); }
+static int vSleep(sqlite3_vfs *p, int us){
+  if( waldio_busy_sleep(V(p), us) ) return us;
+  return LOWER(p)->xSleep(LOWER(p), us);
+}
 static int vCurrentTime(sqlite3_vfs *p, double *pOut){
   return LOWER(p)->xCurrentTime(LOWER(p), pOut);
 }

@@ -20,6 +20,7 @@
 #ifndef WALDIO_VFS_INTERNAL_H
 #define WALDIO_VFS_INTERNAL_H
 
+#include "flush_region.h"
 #include "sqlite_api.h"
 #include "syscalls.h"
 #include "wal_index.h"
@@ -66,7 +67,9 @@ typedef struct waldio_db_file {
   sqlite3 **ppBtreeDb;       /* SQLITE_FCNTL_PDB: the connection using the
                              ** B-tree on this file, while it is open */
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
-                             ** waldio's wal-index, "<db>-wal-shm" */
+                             ** waldio's wal-index, "<db>-wal-shm": region 0
+                             ** the flush region, SQLite's regions after it */
+  volatile flush_region *pFlush;   /* mapped on first need, or NULL */
   const char *zShmHostName;
   /* The lower VFS's file object follows in memory. */
 } waldio_db_file;
@@ -88,8 +91,13 @@ struct waldio_wal_file {
   int spilled;               /* this transaction wrote frames before its
                              ** commit (a large one): it commits buffered */
   int wroteSinceBarrier;     /* frames written since the last publication */
-  u64 commitSeq;             /* group mode: the last commit appended, until
+  u64 commitSeq;             /* group mode: the last commit appended (solo)
+                             ** or its ticket (shared), until
                              ** COMMIT_PHASETWO has waited for it */
+  u64 ticket;                /* the last commit's flush_region ticket */
+  int commitShared;          /* commitSeq is a flush_region ticket */
+  u64 commitWriteSeq;        /* ... and the log's writeSeq after its write */
+  int wroteUnderLock;        /* a write since the WAL write lock was taken */
   int inCommit;              /* group mode: between the commit frame and the
                              ** commit's publication (its xSync is skipped) */
   int closeClean;            /* fully checkpointed at close: mark empty */
@@ -106,6 +114,10 @@ waldio_db_file *waldio_db_of(sqlite3_file *pTop);
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
 /* Decide (once the file holds a header) whether p passes through. */
 int waldio_db_passthrough(waldio_db_file *p);
+/* The flush region shared by every process (flush_region.h), mapped on
+** first use; NULL (with *pRc set on an error) where there is none: a
+** heap-memory wal-index has no other process to share with. */
+volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc);
 int waldio_db_sync_level(const waldio_db_file *p);
 
 /* wal_file.c */
@@ -125,6 +137,11 @@ i64 waldio_db_idle_bound(const waldio_db_file *db);
 ** database's mode (and owner, as root); never fails (see there). */
 void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
                         const struct stat *pDb, int readonly);
+
+/* xSleep, as SQLite's busy handler calls it right after this thread's
+** group-mode write lock attempt failed: sleep until the WAL write lock is
+** released instead (at most us), and return 1; else 0 (sleep normally). */
+int waldio_busy_sleep(waldio_vfs *v, int us);
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);

@@ -86,6 +86,17 @@ static int ensure_batch(waldio_wal_file *p, const wal_geometry *g){
   return SQLITE_OK;
 }
 
+/* A commit of shared group mode (log_group.h) waits for a flush it shares:
+** its frames go through the page cache into the zero-filled log (an
+** overwrite, no allocation), and the shared flush writes them back
+** together with the other processes' commits. Under SQLite's write lock
+** this costs a memory copy where a direct write would wait for the device.
+** (Frames-to-flush order is flush_region.h F1/F2.) */
+static int shared_group_commit(waldio_wal_file *p){
+  return !p->spilled && p->pDb->opts.sync!=WALDIO_SYNC_PERSISTENT
+      && log_group_mode(p->pLog)!=WALDIO_GROUP_OFF && !log_group_solo(p->pLog);
+}
+
 /* How this connection's commits are written (the policy above). */
 static int commit_flags(waldio_wal_file *p, int *pDirect){
   int level = waldio_db_sync_level(p->pDb);
@@ -93,6 +104,11 @@ static int commit_flags(waldio_wal_file *p, int *pDirect){
   if( sync==WALDIO_SYNC_PERSISTENT ){
     *pDirect = !p->spilled;
     return LOG_DSYNC;
+  }
+  if( level>=2 && shared_group_commit(p) ){
+    *pDirect = 0;
+    return LOG_PREALLOC
+         | (log_group_mode(p->pLog)==WALDIO_GROUP_ASYNC ? LOG_ARM : 0);
   }
   if( level>=2 ){
     *pDirect = !p->spilled;
@@ -172,6 +188,25 @@ static int overwrite_frame(waldio_wal_file *p, u32 frame, u32 lo, u32 hi,
   return rc;
 }
 
+/* flush_region.h F1, F5: a commit's ticket, taken once its frames are
+** written, under the WAL write lock. None without a wal-index in shared
+** memory (a heap-memory wal-index: no other process can open the
+** database). Failing to map the region fails the commit: a published
+** commit without a ticket could be skipped by another process's
+** checkpoint sync. */
+static int take_ticket(waldio_wal_file *p, int selfDurable){
+  volatile flush_region *pFlush;
+  int rc = SQLITE_OK;
+  p->ticket = 0;
+  if( !p->pDb->shm0 ) return SQLITE_OK;
+  pFlush = waldio_db_flush_region(p->pDb, &rc);
+  if( pFlush ){
+    p->ticket = flush_region_ticket(pFlush);
+    if( selfDurable ) flush_region_self_durable(pFlush, p->ticket);
+  }
+  return rc;
+}
+
 /* Write the batched new frames with one system call: a commit (the policy
 ** above) or a spill of a large transaction (buffered). */
 static int flush_batch(waldio_wal_file *p, int isCommit){
@@ -190,8 +225,35 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
                        LOG_WRITE_FRAME, flags);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
   if( rc==SQLITE_OK && !direct ) note_buffered(p);
+  /* An O_DSYNC commit (persistent) with nothing left to sync is durable
+  ** as it stands: its ticket needs no flush. */
+  if( rc==SQLITE_OK && isCommit ){
+    rc = take_ticket(p, (flags & LOG_DSYNC) && !p->needsSync);
+  }
   if( isCommit ) p->spilled = 0;
   return rc;
+}
+
+/* Group commit, shared: write the frames (after what a solo buffer still
+** holds, G4) and take the ticket; where the commit waits for a flush
+** (synchronous=FULL), skip SQLite's sync of it: COMMIT_PHASETWO waits for
+** the shared flush that covers the ticket, or the async deadline flushes
+** it. Without a ticket (no wal-index in shared memory) SQLite's own sync
+** makes the commit durable before it is published. */
+static int commit_shared(waldio_wal_file *p){
+  int rc = group_write_all(p->pLog);
+  if( rc==SQLITE_OK ) rc = flush_batch(p, 1);
+  if( rc || p->ticket==0 || waldio_db_sync_level(p->pDb)<2
+   || !shared_group_commit(p) ){
+    return rc;
+  }
+  log_count_group(p->pLog, LOG_GROUP_COMMIT);
+  p->commitSeq = p->ticket;
+  p->commitShared = 1;
+  p->commitWriteSeq = log_write_seq(p->pLog);
+  p->inCommit = 1;
+  if( log_group_mode(p->pLog)==WALDIO_GROUP_ASYNC ) group_arm_async(p->pLog);
+  return SQLITE_OK;
 }
 
 void waldio_wal_discard(waldio_wal_file *p){
@@ -255,15 +317,15 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   if( log_group_mode(p->pLog)==WALDIO_GROUP_OFF || p->spilled ){
     return flush_batch(p, 1);
   }
-  /* Group commit: the transaction's frames join the log's group buffer. */
-  p->nBatch = 0;
+  /* Group commit, solo: the transaction's frames join the group buffer. */
   rc = group_append(p->pLog, p->batchFirst, frame - p->batchFirst + 1, p->aBatch,
                     group_needs(p), &p->commitSeq);
   if( rc==SQLITE_OK ){
+    p->nBatch = 0;
     p->inCommit = 1;
     p->wroteSinceBarrier = 1;    /* its publication is this process's own */
   }
-  return rc;
+  return rc==GROUP_NOT_SOLO ? commit_shared(p) : rc;
 }
 
 /* Any other write shape: split by frame, each piece written in place. */
@@ -298,6 +360,7 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
   }
   rc = log_begin_write(p->pLog, shm_of(p));
   if( rc ) return rc;
+  p->wroteUnderLock = 1;
   p->pDb->leavingWal = 0;       /* still in WAL mode: a switch out failed */
   if( iOfst==0 && iAmt==WAL_HDR_BYTES ){
     p->inCommit = 0;
@@ -422,6 +485,28 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
   return rc;
 }
 
+/* SQLite's own sync (a checkpoint's, a new generation's, a commit outside
+** group mode). A process whose own writes are all durable needs only the
+** other processes' commits durable, which is what the shared group's flush
+** gives; otherwise it flushes, and its flush counts for the group's
+** waiters too, up to the tickets handed out before it began (F2). */
+static int sync_and_share(waldio_wal_file *p){
+  volatile flush_region *pFlush = 0;
+  u64 upto;
+  int flushed = 0, rc = SQLITE_OK;
+  if( p->pDb->shm0 ) pFlush = waldio_db_flush_region(p->pDb, &rc);
+  if( !pFlush ) return rc ? rc : log_sync_published(p->pLog, shm_of(p));
+  upto = flush_region_written(pFlush);
+  if( log_own_writes_flushed(p->pLog) ){
+    /* F5: every published frame has a ticket <= upto: join the group's
+    ** flush instead of making one more. */
+    return flush_region_wait(p->pLog, pFlush, upto);
+  }
+  rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);
+  if( rc==SQLITE_OK && flushed ) flush_region_covered(pFlush, upto);
+  return rc;
+}
+
 static int walSync(sqlite3_file *pFile, int flags){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
@@ -435,7 +520,7 @@ static int walSync(sqlite3_file *pFile, int flags){
   }
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
-  return rc ? rc : log_sync_published(p->pLog, shm_of(p));
+  return rc ? rc : sync_and_share(p);
 }
 
 /* The most the log of an idle database keeps (durability.md, "The log left

@@ -378,6 +378,17 @@ static int ensure_allocated(waldio_log *pLog, i64 end){
   return rc;
 }
 
+/* LOG_PREALLOC: a buffered overwrite needs the range to exist (so that it
+** allocates nothing), not to be durable: the flush that will make it
+** durable comes after it. Only growth zero-fills, as for direct writes. */
+static int ensure_exists(waldio_log *pLog, i64 end){
+  int rc;
+  pthread_mutex_lock(&pLog->mutex);
+  rc = end<=pLog->physSize;
+  pthread_mutex_unlock(&pLog->mutex);
+  return rc ? SQLITE_OK : ensure_allocated(pLog, end);
+}
+
 static void count_write(waldio_stats *s, int kind){
   switch( kind ){
     case LOG_WRITE_FRAME:  s->frames_written++;  break;
@@ -438,8 +449,10 @@ int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
   wal_geometry g = log_geometry(pLog);
   i64 off = wf_slot_offset(&g, frame);
   int buffered = (flags & LOG_BUFFERED)!=0 || !pLog->file.direct;
-  int held = buffered && hold_growth(pLog, off + hi);
-  int rc = buffered ? SQLITE_OK : ensure_allocated(pLog, off + (i64)nSlot * g.slot);
+  i64 end = off + (i64)nSlot * g.slot;
+  int rc = !buffered ? ensure_allocated(pLog, end)
+         : (flags & LOG_PREALLOC) ? ensure_exists(pLog, end) : SQLITE_OK;
+  int held = rc==SQLITE_OK && buffered && hold_growth(pLog, off + hi);
   if( rc==SQLITE_OK ){
     rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo,
                    ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
@@ -675,10 +688,15 @@ static int nothing_to_flush(const waldio_log *pLog, const volatile void *shm0){
                    && memcmp((const void*)shm0, pLog->aSynced, WALINDEX_HDR_BYTES)==0);
 }
 
-static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher){
+/* Who asks for a flush, which decides when it may be skipped. */
+enum { SYNC_SQLITE, SYNC_FLUSHER, SYNC_FORCED };
+
+static int do_sync(waldio_log *pLog, const volatile void *shm0, int who,
+                   int *pFlushed){
   u8 aHdr[WALINDEX_HDR_BYTES];
   u64 target;
-  int rc;
+  int rc, skip;
+  if( pFlushed ) *pFlushed = 0;
   pthread_mutex_lock(&pLog->mutex);
   if( pLog->poisoned ){
     pthread_mutex_unlock(&pLog->mutex);
@@ -688,9 +706,12 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher)
   /* The flusher owes a flush only to commits written since the last one
   ** (armedSeq): a checkpoint's sync may have covered them, and what came
   ** after (the next transaction's spills) would be written back early, and
-  ** again when SQLite overwrites it. */
-  if( fromFlusher ? pLog->flushedSeq>=pLog->armedSeq : nothing_to_flush(pLog, shm0) ){
-    if( !fromFlusher ) pLog->stats.flushes_skipped++;
+  ** again when SQLite overwrites it. A forced flush (a shared group flush,
+  ** flush_region.c) covers other processes' writes: never skipped. */
+  skip = who==SYNC_FLUSHER ? pLog->flushedSeq>=pLog->armedSeq
+       : who==SYNC_SQLITE ? nothing_to_flush(pLog, shm0) : 0;
+  if( skip ){
+    if( who==SYNC_SQLITE ) pLog->stats.flushes_skipped++;
     pthread_mutex_unlock(&pLog->mutex);
     return SQLITE_OK;
   }
@@ -705,7 +726,8 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher)
       pLog->syncedValid = 1;
     }
     pLog->stats.flushes++;
-    if( fromFlusher ) pLog->stats.timer_flushes++;
+    if( who==SYNC_FLUSHER ) pLog->stats.timer_flushes++;
+    if( pFlushed ) *pFlushed = 1;
   }else{
     pLog->poisoned = 1;
   }
@@ -713,7 +735,29 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int fromFlusher)
   return rc;
 }
 
-int log_sync(waldio_log *pLog){ return do_sync(pLog, 0, 0); }
+u64 log_write_seq(waldio_log *pLog){
+  u64 seq;
+  pthread_mutex_lock(&pLog->mutex);
+  seq = pLog->writeSeq;
+  pthread_mutex_unlock(&pLog->mutex);
+  return seq;
+}
+
+void log_note_flushed(waldio_log *pLog, u64 seq){
+  pthread_mutex_lock(&pLog->mutex);
+  if( seq>pLog->flushedSeq ) pLog->flushedSeq = seq;
+  pthread_mutex_unlock(&pLog->mutex);
+}
+
+int log_own_writes_flushed(waldio_log *pLog){
+  int flushed;
+  pthread_mutex_lock(&pLog->mutex);
+  flushed = !pLog->poisoned && pLog->flushedSeq>=pLog->writeSeq;
+  pthread_mutex_unlock(&pLog->mutex);
+  return flushed;
+}
+
+int log_sync(waldio_log *pLog){ return do_sync(pLog, 0, SYNC_SQLITE, 0); }
 
 int log_sync_bound(waldio_log *pLog){
   int owed;
@@ -723,9 +767,16 @@ int log_sync_bound(waldio_log *pLog){
   return owed ? log_sync(pLog) : SQLITE_OK;
 }
 int log_sync_published(waldio_log *pLog, const volatile void *shm0){
-  return do_sync(pLog, shm0, 0);
+  return do_sync(pLog, shm0, SYNC_SQLITE, 0);
 }
-int log_sync_from_flusher(waldio_log *pLog){ return do_sync(pLog, 0, 1); }
+int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
+                          int *pFlushed){
+  return do_sync(pLog, shm0, SYNC_SQLITE, pFlushed);
+}
+int log_sync_from_flusher(waldio_log *pLog){
+  return do_sync(pLog, 0, SYNC_FLUSHER, 0);
+}
+int log_flush_now(waldio_log *pLog){ return do_sync(pLog, 0, SYNC_FORCED, 0); }
 
 /* ------------------------------------------------------------- reporting */
 
@@ -735,45 +786,20 @@ void log_get_stats(waldio_log *pLog, waldio_stats *pOut){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
+void log_count_group(waldio_log *pLog, int what){
+  pthread_mutex_lock(&pLog->mutex);
+  switch( what ){
+    case LOG_GROUP_COMMIT: pLog->stats.group_commits++; break;
+    case LOG_GROUP_WRITE:  pLog->stats.group_writes++;  break;
+    default:               pLog->stats.group_waits++;   break;
+  }
+  pthread_mutex_unlock(&pLog->mutex);
+}
+
 void log_reset_stats(waldio_log *pLog){
   pthread_mutex_lock(&pLog->mutex);
   memset(&pLog->stats, 0, sizeof(pLog->stats));
   pthread_mutex_unlock(&pLog->mutex);
-}
-
-int log_group_mode(waldio_log *pLog){
-  int mode;
-  pthread_mutex_lock(&pLog->mutex);
-  mode = pLog->group.mode;
-  pthread_mutex_unlock(&pLog->mutex);
-  return mode;
-}
-
-int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
-  int was = log_group_mode(pLog), rc = SQLITE_OK;
-  /* L5: an atomic upgrade of USE; refused, the shared lock stays held. */
-  if( mode!=WALDIO_GROUP_OFF && was==WALDIO_GROUP_OFF && !pLog->file.readonly
-   && log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE) ){
-    return waldio_error(SQLITE_BUSY, "%s: waldio_group=%s needs this process to"
-        " be the only one using the database (its group buffer is invisible to"
-        " other processes), and another process has it open",
-        pLog->zPath, waldio_group_name(mode));
-  }
-  if( mode==WALDIO_GROUP_OFF && was!=WALDIO_GROUP_OFF ){
-    rc = group_write_all(pLog);
-    if( rc==SQLITE_OK ) rc = log_sync(pLog);
-    if( rc==SQLITE_OK && !pLog->file.readonly ){
-      log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_SHARED);
-    }
-  }
-  if( rc==SQLITE_OK ){
-    pthread_mutex_lock(&pLog->mutex);
-    pLog->group.mode = mode;
-    pLog->group.capBytes = bytes;
-    pLog->group.intervalMs = ms;
-    pthread_mutex_unlock(&pLog->mutex);
-  }
-  return rc;
 }
 
 void log_set_flush_ms(waldio_log *pLog, int ms){

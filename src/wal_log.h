@@ -36,8 +36,11 @@
 **       written to initialize, convert, re-lay-out or clear the guard only
 **       under LOG_LOCK_INIT, and formatting, converting, re-lay-out and
 **       clearing the guard also need USE exclusive (no other process has
-**       the log open). A process keeps USE exclusive while a group mode is
-**       on: group buffers are visible only inside one process.
+**       the log open). A process keeps USE exclusive while its group mode
+**       buffers commits in memory (solo, log_group.h): such buffers are
+**       visible only inside one process. An opener that finds USE held
+**       knocks (LOG_LOCK_KNOCK) and the solo process switches to shared
+**       group commit (flush_region.h) and downgrades USE.
 **   L6  A log belongs to the process that opened it. A child created by
 **       fork() inherits the object but never reads, writes, flushes or
 **       closes through it (forkGen differs): it would otherwise write its
@@ -90,9 +93,11 @@ typedef struct waldio_stats {
   u64 bytes_read;
   u64 buffered_writes;     /* writes through the page cache */
   u64 logical_truncates;
-  u64 group_commits;       /* commits appended to the group buffer */
-  u64 group_writes;        /* group writes (each: one write, maybe a flush) */
-  u64 group_waits;         /* durable commits that waited for a group write */
+  u64 group_commits;       /* group commits: appended to the group buffer
+                           ** (solo) or written and ticketed (shared) */
+  u64 group_writes;        /* group writes (solo: one write, maybe a flush)
+                           ** and shared flushes this process led */
+  u64 group_waits;         /* waits for a group write or shared flush */
 } waldio_stats;
 
 typedef struct waldio_log waldio_log;
@@ -127,6 +132,8 @@ struct waldio_log {
   char *zPath;
   dio_file file;
   pthread_mutex_t growMutex;  /* L7 */
+  pthread_mutex_t leaderMutex;  /* held while this process leads a shared
+                                ** flush (flush_region.c) and by fork() */
   const char *zLayoutWhy;  /* why the log has its layout (static text) */
   pthread_mutex_t mutex;   /* guards every field below */
 
@@ -214,6 +221,9 @@ enum { LOG_WRITE_FRAME, LOG_WRITE_PAGE, LOG_WRITE_HEADER, LOG_WRITE_OTHER };
 #define LOG_ARM      0x2   /* start the normal-mode flush timer */
 #define LOG_BUFFERED 0x4   /* through the page cache (else direct, if the
                            ** log has direct I/O: zero-filled first, L1) */
+#define LOG_PREALLOC 0x8   /* buffered, but into the zero-filled, durable
+                           ** range as a direct write (L1): an overwrite
+                           ** that allocates nothing */
 
 /* Write bytes [lo,hi) of img, the images of nSlot consecutive slots
 ** starting at frame, with one system call. Direct writes are block-aligned
@@ -270,8 +280,23 @@ int log_sync_bound(waldio_log *pLog);
 ** only while nobody published since this process's last flush. */
 int log_sync_published(waldio_log *pLog, const volatile void *shm0);
 int log_sync_from_flusher(waldio_log *pLog);
+/* An fdatasync now, whatever this process wrote (a shared flush covers
+** other processes' writes too). */
+int log_flush_now(waldio_log *pLog);
+/* The number of this process's last write (L2), and: writes up to seq are
+** durable (a shared flush covered them, flush_region.h). */
+u64 log_write_seq(waldio_log *pLog);
+void log_note_flushed(waldio_log *pLog, u64 seq);
+/* Non-zero if every write of this process is durable (and none failed). */
+int log_own_writes_flushed(waldio_log *pLog);
+/* The same as log_sync_published, but *pFlushed says whether it flushed. */
+int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
+                          int *pFlushed);
 
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
+/* Count a group commit, group write (or shared flush) or wait. */
+enum { LOG_GROUP_COMMIT, LOG_GROUP_WRITE, LOG_GROUP_WAIT };
+void log_count_group(waldio_log *pLog, int what);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);
 
@@ -287,9 +312,5 @@ int log_write_meta(waldio_log *pLog, const wal_superblock *sb, int flags);
 void log_adopt_meta(waldio_log *pLog, const wal_superblock *sb);  /* mutex held */
 i64 log_round_up(i64 x, i64 unit);
 
-/* Switch group commit for every connection of this process on this log
-** (WALDIO_GROUP_*). Turning it on needs exclusive use of the log (L5). */
-int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms);
-int log_group_mode(waldio_log *pLog);
 
 #endif

@@ -28,8 +28,23 @@
 **                 sqlite3_exec(): SQLite parses it on every transaction,
 **                 exactly what Mobibench's exec_sql() does.
 **
+** Two ways to run a job:
+**   wbr_run        every planned transaction once, in order; two timestamps
+**                  per transaction into t_start/t_end (or only around the
+**                  whole loop: the bare loop of the calibration).
+**   wbr_run_timed  the loop of one process of `waldio bench --processes`
+**                  (python/waldio/bench/processes.py): sleep until start_at_ns
+**                  (an absolute CLOCK_MONOTONIC instant shared by every
+**                  process: the start barrier), then run the plan, repeating
+**                  it cyclically, until a transaction ends at or after
+**                  deadline_ns or max_txns are done; each transaction's
+**                  latency goes into a histogram row chosen by its kind
+**                  (WBR_HIST_BUCKETS log-linear buckets, < 0.8% wide: see
+**                  hist_index), so memory does not grow with the run.
+**
 ** Invariants.  No allocation and no system call in the loop except SQLite's
-** own, clock_gettime() twice per transaction and nanosleep() for think time.
+** own, clock_gettime() twice per transaction, nanosleep() for think time and
+** clock_nanosleep() once before a timed run.
 ** On error the failing transaction is rolled back if SQLite left one open,
 ** the loop stops and the job records the transaction, result code and
 ** message.  Every prepared statement is reset (never left mid-step) when
@@ -68,7 +83,16 @@ typedef struct wbr_txn {
   int32_t nop;
   int32_t begin_stmt;   /* PREPARED: statement index of BEGIN [IMMEDIATE], or -1 */
   int32_t commit_stmt;  /* PREPARED: statement index of COMMIT, or -1 */
+  int32_t kind;         /* wbr_run_timed: histogram row (0 <= kind < nkind) */
 } wbr_txn;
+
+/* Latency histogram: exact below 2*SUB ns, then SUB buckets per power of two
+** up to 2^WBR_HIST_TOP_BIT ns (about 37 minutes); longer latencies land in the
+** last bucket.  python/waldio/bench/histogram.py decodes it (same constants). */
+#define WBR_HIST_SUB_BITS 7
+#define WBR_HIST_SUB (1 << WBR_HIST_SUB_BITS)
+#define WBR_HIST_TOP_BIT 41
+#define WBR_HIST_BUCKETS (2 * WBR_HIST_SUB + (WBR_HIST_TOP_BIT - WBR_HIST_SUB_BITS - 1) * WBR_HIST_SUB)
 
 typedef struct wbr_job {
   /* in */
@@ -94,6 +118,16 @@ typedef struct wbr_job {
   int32_t done;                /* transactions completed */
   int32_t rc;                  /* SQLITE_OK, or the error of transaction `done` */
   char errmsg[512];
+  /* in: wbr_run_timed only */
+  int64_t start_at_ns;         /* CLOCK_MONOTONIC instant of the first transaction (0: now) */
+  int64_t deadline_ns;         /* >0: stop after the first transaction ending at or after it */
+  int64_t max_txns;            /* >0: stop after this many transactions */
+  int64_t *hist;               /* nkind x WBR_HIST_BUCKETS latency counts, added to */
+  int32_t nkind;
+  int32_t reserved2;
+  /* out: wbr_run_timed only */
+  int64_t first_start_ns;      /* start of the first transaction */
+  int64_t last_end_ns;         /* end of the last completed transaction */
 } wbr_job;
 
 static const sqlite3_api_routines *last_api;
@@ -204,6 +238,56 @@ WBR_API int wbr_run(wbr_job *j) {
   if (!stamps && j->ntxn > 0) j->t_end[0] = now_ns();
   return SQLITE_OK;
 }
+
+/* The histogram bucket of a latency (see WBR_HIST_BUCKETS). */
+static int hist_index(int64_t ns) {
+  uint64_t u = ns < 0 ? 0 : (uint64_t)ns;
+  if (u < 2 * WBR_HIST_SUB) return (int)u;
+  if (u >> WBR_HIST_TOP_BIT) return WBR_HIST_BUCKETS - 1;
+  int e = 63 - __builtin_clzll(u);              /* 2^e <= u < 2^(e+1), e >= SUB_BITS + 1 */
+  int shift = e - WBR_HIST_SUB_BITS;
+  return 2 * WBR_HIST_SUB + (shift - 1) * WBR_HIST_SUB + (int)((u >> shift) - WBR_HIST_SUB);
+}
+
+/* One process's timed run (see the header): SQLITE_OK or the first error. */
+WBR_API int wbr_run_timed(wbr_job *j) {
+  j->rows = j->slept_ns = 0;
+  j->done = 0;
+  j->rc = SQLITE_OK;
+  j->errmsg[0] = 0;
+  j->first_start_ns = j->last_end_ns = 0;
+  if (j->ntxn <= 0 || !j->hist || j->nkind <= 0 || (j->deadline_ns <= 0 && j->max_txns <= 0)) {
+    set_error(j, SQLITE_MISUSE, "wbr_run_timed: empty plan, no histogram, or no end");
+    return j->rc;
+  }
+  if (j->start_at_ns > 0) {
+    struct timespec ts = { (time_t)(j->start_at_ns / 1000000000), (long)(j->start_at_ns % 1000000000) };
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, 0) != 0) {}
+  }
+  int64_t deadline = j->deadline_ns;
+  int64_t count = j->max_txns > 0 && j->max_txns < INT32_MAX ? j->max_txns : INT32_MAX;
+  for (int64_t n = 0; n < count; n++) {
+    const wbr_txn *t = &j->txns[n % j->ntxn];
+    int64_t a = now_ns();
+    int rc = j->style == WBR_EXEC ? run_txn_exec(j, t) : run_txn_prepared(j, t);
+    int64_t b = now_ns();
+    if (n == 0) j->first_start_ns = a;
+    if (rc != SQLITE_OK) {
+      if (j->rc == SQLITE_OK) set_error(j, rc, 0);
+      if (!j->api->get_autocommit(j->db)) j->api->exec(j->db, "ROLLBACK", 0, 0, 0);
+      return j->rc;
+    }
+    int kind = t->kind >= 0 && t->kind < j->nkind ? t->kind : 0;
+    j->hist[(int64_t)kind * WBR_HIST_BUCKETS + hist_index(b - a)]++;
+    j->last_end_ns = b;
+    j->done = (int32_t)(n + 1);
+    if (deadline > 0 && b >= deadline) break;
+  }
+  return SQLITE_OK;
+}
+
+/* The number of histogram buckets per kind (Python checks it against its own). */
+WBR_API int wbr_hist_buckets(void) { return WBR_HIST_BUCKETS; }
 
 /* Prepare n SQL texts into out[] (NULL for text that is only whitespace/comments). */
 WBR_API int wbr_prepare(const sqlite3_api_routines *api, sqlite3 *db, int n,

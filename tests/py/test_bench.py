@@ -19,10 +19,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -31,23 +29,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python"))
 
+from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import bench as B  # noqa: E402
 from waldio import cli  # noqa: E402
 from waldio import drivers  # noqa: E402
 from waldio import fs as fsimage  # noqa: E402
 from waldio import params  # noqa: E402
 from waldio.bench import iostat  # noqa: E402
-from waldio.bench import report as R  # noqa: E402
+from waldio.bench import results  # noqa: E402
+from waldio.bench.report import failure_lines  # noqa: E402
 
-BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
 TINY = ["--transactions", "20", "--repetitions", "1", "--warmup", "0"]
-
-
-@pytest.fixture
-def rundir() -> Any:
-    d = tempfile.mkdtemp(prefix="waldio-benchtest-", dir=BASE)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run_cli(argv: List[str], capsys: pytest.CaptureFixture[str]) -> tuple:
@@ -67,14 +59,7 @@ def run_engine(rundir: str, preset: str, modes: str, **overrides: Any) -> Dict[s
 
 
 def failures(doc: Dict[str, Any]) -> List[str]:
-    out = []
-    for m in doc["modes"]:
-        for r in m["repetitions"]:
-            if r["error"]:
-                out.append(f"{m['label']}: {r['error']}")
-            out += [f"{m['label']}: {i['name']}: expected {i['expected']!r}, got {i['actual']!r}"
-                    for i in r["checks"]["items"] if not i["ok"]]
-    return out
+    return [line for m in doc["modes"] for line in failure_lines(m["label"], m["repetitions"])]
 
 
 # --------------------------------------------------------------------------
@@ -191,8 +176,8 @@ def test_mode_table_and_spec_grammar() -> None:
                                             "waldio-normal:pad4k"]
     assert [s.label for s in specs][-2:] == ["delete-off@system", "raw-dio"]
     # 4 base modes (full, persistent, normal, ns) x (off, async, durable),
-    # waldio-off, and the two explicit ones
-    assert len(specs) == 4 * 3 + 1 + 2
+    # full and persistent x strict, waldio-off, and the two explicit ones
+    assert len(specs) == 4 * 3 + 2 + 1 + 2
     ns = B.MODES["waldio-ns"]
     assert (ns.synchronous, ns.waldio_sync, ns.pragmas) == ("NORMAL", "ns",
                                                             ("PRAGMA waldio_sync=ns",))
@@ -254,7 +239,7 @@ def test_every_preset_runs_in_every_mode(preset: str, extra: Dict[str, Any], run
     assert failures(doc) == []
     assert doc["ok"] is True
     assert {m["label"] for m in doc["modes"]} == set(B.MODES)
-    assert R.validate(doc) == []
+    assert results.validate(doc) == []
     for m in doc["modes"]:
         (rep,) = m["repetitions"]
         assert rep["ok"] and rep["checks"]["items"], m["label"]
@@ -286,7 +271,7 @@ def test_workloads_regimes_and_threads(extra: Dict[str, Any], rundir: str) -> No
     doc = run_engine(rundir, "mobibench-2015", "wal-full,delete-normal,waldio-full,"
                                                  "waldio-normal,raw-dio,raw-append", **extra)
     assert failures(doc) == []
-    assert R.validate(doc) == []
+    assert results.validate(doc) == []
     if extra.get("regime") == "reused":
         for m in doc["modes"]:
             if m["name"] in ("wal-full", "waldio-full"):
@@ -320,15 +305,16 @@ def test_json_validates_and_printed_parameters_match_sqlite(
     status, out, err = run_cli(
         ["bench", "--dir", rundir, "--modes", "wal-full,delete-normal,waldio-full:pad4k,raw-dio",
          "--page-size", "8192", "--cache-size", "-3000", "--wal-autocheckpoint", "500",
-         "--journal-size-limit", "1048576", "--json", str(out_json), "--plain"] + TINY, capsys)
+         "--journal-size-limit", "1048576", "--json", str(out_json), "--plain", "--verbose"]
+        + TINY, capsys)
     assert status == 0, out + err
     doc = json.loads(out_json.read_text())
-    jsonschema.validate(doc, R.schema())
+    jsonschema.validate(doc, results.schema())
     assert doc["schema_version"] == 1
     broken = dict(doc)
     del broken["modes"]
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, R.schema())
+        jsonschema.validate(broken, results.schema())
 
     ref = apsw.Connection(":memory:")
     version = ref.execute("SELECT sqlite_version()").fetchall()[0][0]
@@ -383,8 +369,8 @@ def test_default_target_is_a_fresh_journaled_loop_ext4(tmp_path: Path,
     status, out, err = run_cli(["bench", "--modes", "wal-full,waldio-full,raw-dio", "--plain",
                                 "--json", str(out_json)] + TINY, capsys)
     assert status == 0, out + err
-    assert "target: a fresh ext4 file system on /dev/loop" in out
-    assert "it journals" in out
+    assert "target: a fresh ext4 on /dev/loop" in out and "(journaled, mounted" in out
+    assert "it journals" in out_json.with_suffix(".txt").read_text()
     doc = json.loads(out_json.read_text())
     assert doc["params"]["target"]["kind"] == "loop"
     assert doc["params"]["common"]["filesystem"]["journals"] == "yes"
@@ -400,10 +386,12 @@ def test_system_sqlite_in_the_same_run(rundir: str, tmp_path: Path) -> None:
         pytest.skip(str(e))
     out_json = tmp_path / "sys.json"
     p = subprocess.run(
-        [sys.executable, "-m", "waldio", "bench", "--dir", rundir, "--plain", "--json",
+        [sys.executable, "-m", "waldio", "bench", "--dir", rundir, "--plain", "--verbose", "--json",
          str(out_json), "--modes", "wal-full,wal-full@system,waldio-full@system"] + TINY,
         capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")))
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(ROOT / "python")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH")
+                                     else []))))
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(out_json.read_text())
     versions = {m["label"]: m["params"]["sqlite"]["sqlite_version"] for m in doc["modes"]}
@@ -467,7 +455,7 @@ LARGE_MODES = "wal-full,waldio-full,wal-normal,waldio-normal,wal-off,waldio-off"
 def test_large_transaction_workloads(extra: Dict[str, Any], rundir: str) -> None:
     doc = run_engine(rundir, "mobibench-2015", LARGE_MODES, **extra)
     assert failures(doc) == []
-    assert R.validate(doc) == []
+    assert results.validate(doc) == []
     for m in doc["modes"]:
         (rep,) = m["repetitions"]
         assert rep["transactions"] == extra["transactions"]
@@ -501,7 +489,8 @@ def test_statement_workloads_plan_and_defaults() -> None:
 
 
 def test_reader_in_another_process(rundir: str, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["bench", "--dir", rundir, "--plain", "--schema", "rowid", "--prepopulate", "2000",
+    argv = ["bench", "--dir", rundir, "--plain", "--verbose", "--schema", "rowid",
+            "--prepopulate", "2000",
             "--workload", "update", "--key-order", "random", "--ops-per-txn", "20",
             "--transactions", "15", "--wal-autocheckpoint", "0", "--timed", "none",
             "--reader-scans", "3", "--modes", "wal-full,waldio-full,wal-normal,waldio-normal",
@@ -510,7 +499,7 @@ def test_reader_in_another_process(rundir: str, capsys: pytest.CaptureFixture[st
     assert status == 0, out + err
     assert "reader in another process" in out
     doc = json.loads(Path(rundir, "r.json").read_text())
-    assert R.validate(doc) == []
+    assert results.validate(doc) == []
     for m in doc["modes"]:
         for rep in m["repetitions"]:
             rd = rep["reader"]
@@ -605,8 +594,7 @@ def test_speedtest1_runs_stock_and_waldio_with_identical_hashes(
         capsys)
     assert status == 0, out + err
     doc = json.loads(Path(out_json).read_text())
-    from waldio.bench import speedtest1_report as SR
-    assert SR.validate(doc) == []
+    assert results.validate(doc) == []
     assert len(doc["runs"]) == 2 * 6 and all(r["ok"] for r in doc["runs"])
     hashes = {r["hash"] for r in doc["runs"]}
     assert len(hashes) == 1
@@ -657,12 +645,12 @@ def test_drop_caches_empties_the_page_cache_before_timing(
     assert _cached(path)                            # a sync alone keeps clean pages
     iostat.settle(rundir, drop_caches=True)
     assert not _cached(path)
-    argv = ["bench", "--dir", rundir, "--plain", "--preset", "mobibench", "--modes",
+    argv = ["bench", "--dir", rundir, "--plain", "--verbose", "--preset", "mobibench", "--modes",
             "wal-normal,waldio-normal", "--drop-caches", "--json",
             os.path.join(rundir, "d.json")] + TINY
     status, out, err = run_cli(argv, capsys)
     assert status == 0, out + err
-    assert "page cache is then dropped (--drop-caches)" in out
+    assert "page cache then dropped (echo 3 > /proc/sys/vm/drop_caches)" in out
     doc = json.loads(Path(rundir, "d.json").read_text())
     assert doc["params"]["bench"]["drop_caches"] is True
     assert "then dropped" in doc["params"]["bench"]["before_each_repetition"]

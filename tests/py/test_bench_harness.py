@@ -10,11 +10,12 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
+from pathlib import Path
 from typing import Any, Dict, List
 
 import pytest
 
+from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import bench as B
 from waldio import drivers
 
@@ -23,17 +24,9 @@ from waldio.bench import cli as bench_cli
 from waldio.bench import compare_mobibench as C
 from waldio.bench import mobibench as M
 from waldio.bench import native as N
-from waldio.bench import report as R
+from waldio.bench import results
 from waldio.bench.runner import process_env
 
-BASE = os.environ.get("WALDIO_TEST_DIR", "/var/tmp")
-
-
-@pytest.fixture
-def rundir() -> Any:
-    d = tempfile.mkdtemp(prefix="waldio-harnesstest-", dir=BASE)
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def run_engine(rundir: str, preset: str, modes: str, loop: str = "native",
@@ -72,7 +65,7 @@ def test_c_loop_passes_every_check(preset: Any, extra: Dict[str, Any], statement
     modes = "wal-full,wal-normal@system,waldio-normal,waldio-full@system,delete-full"
     doc = run_engine(rundir, preset or "mobibench-2015", modes, statements=statements, **extra)
     assert failures(doc) == []
-    assert R.validate(doc) == []
+    assert results.validate(doc) == []
     assert doc["params"]["bench"]["harness"]["loop"] == "native"
     for m in doc["modes"]:
         (rep,) = m["repetitions"]
@@ -111,9 +104,11 @@ def test_calibration_is_stored_and_printed(rundir: str, capsys: pytest.CaptureFi
                              "--plain", "--quiet", "--json", os.path.join(rundir, "r.json")])
     out, _err = capsys.readouterr()
     assert status == 0
-    assert "harness overhead per transaction" in out
-    assert "apsw 3." in out and "system 3." in out
-    doc = R.load(os.path.join(rundir, "r.json"))
+    assert "harness overhead" not in out                 # --quiet: the table only
+    text = Path(rundir, "r.txt").read_text()             # the checklist has it
+    assert "harness overhead per transaction" in text
+    assert "apsw 3." in text and "system 3." in text
+    doc = results.load(os.path.join(rundir, "r.json"))
     cal = doc["params"]["bench"]["harness"]["calibration"]
     assert cal["loop_used"] == "native"
     assert {b["build"] for b in cal["builds"]} == {"apsw", "system"}

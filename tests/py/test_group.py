@@ -1,6 +1,7 @@
-"""Group commit (PRAGMA waldio_group=async|durable): visibility of buffered
-commits, checkpoints, many concurrent committers, process kills and the
-one-process rule.
+"""Group commit (PRAGMA waldio_group=async|durable) in one process:
+visibility of buffered commits, checkpoints, many concurrent committers,
+process kills, and the hand-over when another process opens the database
+(tests/py/test_group_processes.py: many processes).
 """
 from __future__ import annotations
 
@@ -175,31 +176,40 @@ def test_sigkill_loses_at_most_the_contract(sqlite: Any, dbdir: Path, mode: str)
               % (total_lost, worst_lag_ms, interval_ms))
 
 
-def test_group_mode_needs_the_database_alone(sqlite: Any, dbdir: Path) -> None:
+def test_solo_group_mode_hands_over_to_another_process(sqlite: Any, dbdir: Path) -> None:
+    """A process alone buffers group commits in memory (scope "process").
+    Another process opening the database knocks: the first writes its
+    buffer and goes on sharing (scope "shared"), without a refusal or a
+    wait (issue 18); the newcomer sees every commit acknowledged before."""
     path = dbdir / "g.db"
-    a = sqlite.waldio(path, group="async")
+    a = sqlite.waldio(path, group="async", group_ms=60000, group_bytes="16M")
     wl.setup(a)
-    # Another process cannot open it while this one buffers commits.
+    a.execute("PRAGMA waldio_stats=reset")
+    wl.transfers(a, 1, 3)
+    assert wl.status(a)["group_scope"] == "process"
+    assert wl.stats(a)["group_writes"] == 0       # only in the buffer
+    started = time.monotonic()
     proc = subprocess.run([sys.executable, WORKER, sqlite.name, "writer", str(path),
-                           json.dumps({"n": 1})], capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode != 0
-    assert "group commit, which needs it alone" in proc.stderr + proc.stdout or \
-        "unable to open" in proc.stderr
-    a.execute("PRAGMA waldio_group=off")
-    proc = subprocess.run([sys.executable, WORKER, sqlite.name, "writer", str(path),
-                           json.dumps({"n": 1})], capture_output=True, text=True,
-                          timeout=120)
+                           json.dumps({"n": 5, "uri": {"group": "durable"}})],
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    # And group mode cannot start while another process has it open.
+    assert time.monotonic() - started < 60
+    assert wl.status(a)["group_scope"] == "shared"
+    assert wl.stats(a)["group_writes"] >= 1       # the buffer, written for it
+    ok, count = wl.snapshot_ok(a)
+    assert ok and count == 3 + 5
+    # Shared now: a's commits are in the file as they return.
+    wl.transfers(a, 2, 4)
     holder = Peer(sqlite.name, path)
-    assert holder.sql("SELECT count(*) FROM acct")["rows"] == [[wl.ACCOUNTS]]
-    with pytest.raises(SQLiteError) as e:
-        a.execute("PRAGMA waldio_group=durable")
-    assert "the only one using the database" in str(e.value)
-    holder.close()
-    assert a.execute("PRAGMA waldio_group=durable")[0][0] == "durable"
+    try:
+        assert holder.sql("SELECT count(*) FROM t")["rows"] == [[3 + 5 + 4]]
+    finally:
+        holder.close()
+    rows = wl.dump(a)
     a.close()
+    stock = sqlite.stock(path)
+    assert wl.dump(stock) == rows
+    stock.close()
 
 
 def test_bad_group_values(sqlite: Any, dbdir: Path) -> None:

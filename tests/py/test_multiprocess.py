@@ -3,7 +3,8 @@ VFSes, ATTACH and re-initialization.
 
 Each test failed before its fix:
   * a refused group-mode upgrade dropped the process's shared lock, so a
-    second process could switch group mode on and hide its commits;
+    second process could switch group mode on and hide its commits (group
+    mode now joins other processes instead of being refused: issue 18);
   * a VFS stacked above waldio (apsw.VFS inheriting the default) crashed at
     the first WAL open (the WAL name was dereferenced as SQLite's own); one
     that transforms the bytes (here: XOR) had its WAL refused;
@@ -44,27 +45,33 @@ def run_script(dbdir: Path, template: str, db: str) -> "subprocess.CompletedProc
     return out
 
 
-def test_refused_group_upgrade_keeps_the_shared_lock(sqlite: Any, dbdir: Path) -> None:
+def test_group_mode_joins_other_processes(sqlite: Any, dbdir: Path) -> None:
+    """Group mode switched on while another process has the log open runs
+    shared (issue 18): it used to be refused, and before that a refused
+    upgrade dropped the process's shared lock, so a second process could
+    switch group mode on and hide its commits. Commits of both processes,
+    grouped or not, are visible to the other at once."""
     path = dbdir / "g.db"
     conn = sqlite.waldio(path)
     wl.setup(conn)
     peer = Peer(sqlite.name, path)
     try:
         assert peer.sql("SELECT count(*) FROM acct")["rows"] == [[wl.ACCOUNTS]]
-        # The peer asks for group mode while this process has the log open:
-        # refused. It must still hold its shared lock afterwards...
-        refused = peer.sql("PRAGMA waldio_group=async")
-        assert refused["code"] == 5, refused                    # SQLITE_BUSY
-        # ...so this process must be refused too (it used to succeed, and
-        # its buffered commits were then invisible to the peer).
-        with pytest.raises(Exception) as e:
-            conn.execute("PRAGMA waldio_group=async")
-        assert "only one using the database" in str(e.value)
+        assert peer.sql("PRAGMA waldio_group=async")["rows"] == [["async"]]
+        assert json.loads(peer.sql("PRAGMA waldio")["rows"][0][0])["group_scope"] == "shared"
+        assert conn.execute("PRAGMA waldio_group=durable")[0][0] == "durable"
+        assert wl.status(conn)["group_scope"] == "shared"
         wl.transfers(conn, 3, 20)
         assert peer.sql("SELECT sum(bal) FROM acct")["rows"] == [[wl.TOTAL]]
+        for i in range(20):
+            assert "rows" in peer.sql("UPDATE acct SET bal=bal+1 WHERE id=%d" % (i % 10 + 1))
+            assert "rows" in peer.sql("UPDATE acct SET bal=bal-1 WHERE id=%d" % (i % 10 + 2))
+        ok, _ = wl.snapshot_ok(conn)
+        assert ok
         assert peer.sql("PRAGMA integrity_check")["rows"] == [["ok"]]
     finally:
         peer.close()
+    assert wl.integrity(conn) == "ok"
     conn.close()
 
 

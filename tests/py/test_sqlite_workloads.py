@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict
 
@@ -241,9 +242,13 @@ def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
     wl.setup(conn)
     conn.close()
     stop = dbdir / "stop"
+    ready = [dbdir / ("ready-%d" % i) for i in range(2)]
     readers = [subprocess.Popen([sys.executable, WORKER, sqlite.name, "reader", str(path),
-                                 json.dumps({"stop": str(stop)})],
-                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+                                 json.dumps({"stop": str(stop), "ready": str(ready[i])})],
+                                stdout=subprocess.PIPE, text=True) for i in range(2)]
+    deadline = time.monotonic() + 120            # both read once before the writer starts
+    while not all(r.exists() for r in ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
     writer = subprocess.run([sys.executable, WORKER, sqlite.name, "writer", str(path),
                              json.dumps({"seed": 5, "n": 300})], timeout=300)
     assert writer.returncode == 0

@@ -196,7 +196,7 @@ def _traced(fs: Any, files: Dict[str, List[str]], body: Callable[[T.TraceSession
     fs.sync()
     with T.TraceSession(fs, files, poll_ms=poll_ms, elimination_class=elimination) as session:
         body(session)
-    doc = session.analyze(steady_after=0)
+    doc = T.analyze_session(session, steady_after=0)
     assert doc["capture"]["complete"], doc["capture"]
     assert doc["ok"], [c for c in doc["checks"] if not c["ok"]]
     return doc

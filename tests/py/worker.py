@@ -9,7 +9,8 @@ ROLE is one of
   forever  commit transfers until killed, printing "committed N T" after each
            commit, T = time.monotonic_ns() when the commit returned
   reader   check snapshots (the transfer total is invariant) until the file
-           opts["stop"] exists; print one JSON line {"reads", "bad", "max_seen"}
+           opts["stop"] exists (creating opts["ready"], if given, after the
+           first); print one JSON line {"reads", "bad", "max_seen"}
 Options may also carry "uri" (waldio URI options) and "stock": true.
 """
 from __future__ import annotations
@@ -59,6 +60,8 @@ def main() -> None:
             if seen < max_seen:
                 bad += 1          # a later snapshot must never see less
             max_seen = max(max_seen, seen)
+            if reads == 1 and opts.get("ready"):
+                Path(opts["ready"]).touch()      # the test may start writing
             time.sleep(0.001)
         print(json.dumps({"reads": reads, "bad": bad, "max_seen": max_seen}), flush=True)
         conn.close()

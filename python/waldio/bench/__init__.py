@@ -40,14 +40,25 @@ engine:        :mod:`.modes` (what can run), :mod:`.settings` (options, presets)
                :mod:`.plan` (the workload, planned before timing),
                :mod:`.sqlite_env` (SQLite builds, opening and configuring
                connections), :mod:`.target` (where it runs), :mod:`.iostat`
-               (device and process counters), :mod:`.stats`,
-               :mod:`.provenance`, :mod:`.runner` (:class:`Bench`),
+               (device, process and CPU counters), :mod:`.stats`,
+               :mod:`.provenance`, :mod:`.native` (the C loop, bench/txnloop),
+               :mod:`.pyloop` (the Python loop), :mod:`.calibrate` (what the
+               loops add), :mod:`.runner` (:class:`Bench`),
                :mod:`.reader` (``--reader-scans``: the scanning process),
                :mod:`.speedtest1` (``--workload speedtest1``: SQLite's own
                benchmark, built by bench/speedtest1/build.sh, stock and waldio)
+processes:     ``--processes`` (issue 18): :mod:`.process_workloads` (insert,
+               update, web), :mod:`.process_worker` (one process),
+               :mod:`.worker_pool` (the processes, seen from the parent),
+               :mod:`.histogram` (latency buckets), :mod:`.processes`
+               (:class:`~.processes.ProcessBench`)
 presentation:  :mod:`.options` (command-line values, shared with ``waldio
                trace``), :mod:`.cli` (``waldio bench`` / ``waldio report``),
-               :mod:`.report` (tables), :mod:`.speedtest1_report`, :mod:`.plots`
+               :mod:`.printer` (terminal or plain text), :mod:`.verdict` (when
+               rounds cannot conclude), :mod:`.report` (tables),
+               :mod:`.speedtest1_report`, :mod:`.processes_report`,
+               :mod:`.checklist` (the record files), :mod:`.results` (schemas,
+               loading saved results), :mod:`.plots`, :mod:`.plots_processes`
 """
 from __future__ import annotations
 

@@ -25,15 +25,15 @@ Nothing is printed here: the result is a dict stored in the run's JSON
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Sequence
 
-from .native import TxnLoop
-from .plan import record_value
+from .native import CompiledPlan, TxnLoop
+from .plan import Plan, record_value
+from .pyloop import python_loop
 from .settings import Settings, create_table_sql
+from .sqlite_env import SqliteEnv
 from .stats import summarize
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .runner import Bench
 
 ROUNDS = 9
 MAX_TXNS = 2000
@@ -54,16 +54,27 @@ def _setup(conn: Any, s: Settings) -> None:
                      f"SELECT x, ? FROM c", (value,))
 
 
-def _txn_count(bench: "Bench") -> int:
-    s = bench.s
-    cap = MAX_STATEMENT_TXNS if any(p in ("vacuum", "create-index") for p in s.phases) \
+@dataclass
+class Subject:
+    """What is calibrated: the run's settings, thread 0's plan (and its C arrays), the
+    SQLite builds of the run and its statement style."""
+
+    s: Settings
+    plan: Plan
+    compiled: CompiledPlan
+    env: SqliteEnv
+    statements: str
+
+
+def _txn_count(sub: Subject) -> int:
+    cap = MAX_STATEMENT_TXNS if any(p in ("vacuum", "create-index") for p in sub.s.phases) \
         else MAX_TXNS
-    return min(cap, len(bench.plans[0].txns))
+    return min(cap, len(sub.plan.txns))
 
 
-def _timed_c(bench: "Bench", build: str, conn: Any, n: int, stamps: bool) -> int:
+def _timed_c(sub: Subject, build: str, conn: Any, n: int, stamps: bool) -> int:
     loop = TxnLoop.get()
-    prepared = loop.prepare(build, conn, bench.compiled(0).head(n))
+    prepared = loop.prepare(build, conn, sub.compiled.head(n))
     try:
         if not stamps:
             r = loop.run(prepared, 0, stamps=False)
@@ -76,35 +87,34 @@ def _timed_c(bench: "Bench", build: str, conn: Any, n: int, stamps: bool) -> int
         prepared.close()
 
 
-def _timed_python(bench: "Bench", conn: Any, n: int) -> int:
+def _timed_python(sub: Subject, conn: Any, n: int) -> int:
     lat: List[int] = []
     pc = time.perf_counter_ns
     t0 = pc()
-    bench._txn_loop(None, 0, conn, ":memory:", lat, {}, [0], [0], [],  # type: ignore[arg-type]
-                    limit=n)
+    python_loop(sub.s, sub.plan.txns[:n], None, conn, ":memory:", lat, {}, 0.0)
     return pc() - t0
 
 
-def calibrate_build(bench: "Bench", build: str, kinds: Sequence[str]) -> Dict[str, Any]:
+def calibrate_build(sub: Subject, build: str, kinds: Sequence[str]) -> Dict[str, Any]:
     """The calibration of one SQLite build (see the module docstring)."""
-    n = _txn_count(bench)
+    n = _txn_count(sub)
     per: Dict[str, List[float]] = {k: [] for k in kinds}
     runners: Dict[str, Callable[[Any], int]] = {
-        "bare": lambda c: _timed_c(bench, build, c, n, stamps=False),
-        "native": lambda c: _timed_c(bench, build, c, n, stamps=True),
-        "python": lambda c: _timed_python(bench, c, n)}
+        "bare": lambda c: _timed_c(sub, build, c, n, stamps=False),
+        "native": lambda c: _timed_c(sub, build, c, n, stamps=True),
+        "python": lambda c: _timed_python(sub, c, n)}
     for rnd in range(ROUNDS):
         order = list(kinds[rnd % len(kinds):]) + list(kinds[:rnd % len(kinds)])
         for kind in order:
-            conn = bench.env.connect(build, ":memory:", "unix", {})
+            conn = sub.env.connect(build, ":memory:", "unix", {})
             try:
-                _setup(conn, bench.s)
+                _setup(conn, sub.s)
                 per[kind].append(runners[kind](conn) / n / 1000.0)
             finally:
                 conn.close()
-    out: Dict[str, Any] = {"build": build, "sqlite_version": bench.env.version(build),
+    out: Dict[str, Any] = {"build": build, "sqlite_version": sub.env.version(build),
                            "transactions": n, "rounds": ROUNDS,
-                           "statements": bench.statements,
+                           "statements": sub.statements,
                            "us_per_txn": {k: summarize(v) for k, v in per.items()}}
     out["rounds_us_per_txn"] = {k: [round(x, 3) for x in v] for k, v in per.items()}
     out["overhead_us_per_txn"] = {
@@ -114,12 +124,12 @@ def calibrate_build(bench: "Bench", build: str, kinds: Sequence[str]) -> Dict[st
     return out
 
 
-def calibrate(bench: "Bench", builds: Sequence[str], used: str) -> Dict[str, Any]:
+def calibrate(sub: Subject, builds: Sequence[str], used: str) -> Dict[str, Any]:
     """Calibrate every build; ``used`` is the loop the run's SQL modes use."""
-    kinds = ("bare", "native", "python") if bench.statements == "prepared" else ("bare", "native")
+    kinds = ("bare", "native", "python") if sub.statements == "prepared" else ("bare", "native")
     return {"what": "per-transaction time of the head of thread 0's plan on in-memory databases "
                     "(synchronous=OFF); overhead = best round of the loop minus best round of "
                     "the bare C loop (no timestamps inside); paired = round-by-round "
                     "differences",
             "loop_used": used,
-            "builds": [calibrate_build(bench, b, kinds) for b in builds]}
+            "builds": [calibrate_build(sub, b, kinds) for b in builds]}

@@ -16,14 +16,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
-from typing import List
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from waldio import bench as B
 
 from .options import (
     SETTING_ARGS,
+    count_list_arg,
+    float_above_zero,
     float_at_least_zero,
     int_any,
     int_at_least,
@@ -35,6 +38,13 @@ from .options import (
     timed_arg,
     workload_arg,
 )
+from . import results
+from .plots import plot_all
+from .plots_processes import plot_processes
+from .printer import Printer, progress_reporter
+from .process_workloads import parse_workloads as parse_process_workloads
+from .processes import DEFAULT_MODES as DEFAULT_PROCESS_MODES
+from .runner import process_env
 
 EXAMPLES = """\
 examples:
@@ -131,10 +141,26 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     g.add_argument("--drop-caches", action="store_true", default=None,
                    help="before every timed region, after os.sync(), drop the page cache "
                         "(echo 3 > /proc/sys/vm/drop_caches), as Mobibench does; needs root")
+    g.add_argument("--busy-timeout", type=int_at_least(0), metavar="MS", dest="busy_timeout_ms",
+                   help="sqlite3_busy_timeout of every connection: how long SQLite retries "
+                        "SQLITE_BUSY before it returns it (default 10000)")
     g.add_argument("--reader-scans", type=int_at_least(0), metavar="N",
                    help="after the timed region, while the writer's connections stay open, "
                         "another process opens the database in the same mode and scans every "
                         "table N times; ms per scan are reported (default 0: no reader)")
+
+    g = p.add_argument_group("many processes on one database (--processes; issue 18, "
+                             "docs/bench.md)")
+    g.add_argument("--processes", type=count_list_arg, metavar="LIST",
+                   help="run N processes on one database for each N of the comma list (e.g. "
+                        "1,2,4,8,16), every mode side by side with stock WAL FULL and NORMAL; "
+                        "--workload then takes insert, update, web (default all three), "
+                        "--transactions counts per process instead of --duration, "
+                        "--ops-per-txn is update's updates per transaction (default 5), "
+                        "--prepopulate its rows; default modes "
+                        + ",".join(DEFAULT_PROCESS_MODES))
+    g.add_argument("--duration", type=float_above_zero, metavar="SECONDS",
+                   help="with --processes: how long every process runs per cell (default 2)")
 
     g = p.add_argument_group("speedtest1 (--workload speedtest1: SQLite's own benchmark, stock and "
                              "waldio side by side)")
@@ -225,9 +251,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                    help="per repetition, keep at most N latencies (reservoir; percentiles "
                         "use all of them); default 100000")
 
-    g = p.add_argument_group("output")
-    g.add_argument("--json", metavar="FILE", help="write the full result (schema: "
-                                                   "waldio/schemas/bench.schema.json)")
+    g = p.add_argument_group("output (the full record always goes to a JSON and a text file)")
+    g.add_argument("--json", metavar="FILE",
+                   help="the JSON result goes to FILE and the parameter checklist to FILE with "
+                        "the suffix .txt (default results/waldio-bench-<UTC start>.json and "
+                        ".txt; schemas: waldio/schemas/)")
+    g.add_argument("--verbose", action="store_true",
+                   help="also print the full parameter checklist and every table (what the "
+                        ".txt file holds)")
+    g.add_argument("--plot", metavar="DIR",
+                   help="draw this run's plots into DIR (PNG and SVG; needs matplotlib)")
     g.add_argument("--plain", action="store_true", help="plain-text tables, no progress bar")
     g.add_argument("--quiet", action="store_true",
                    help="print only the results table and failures")
@@ -250,11 +283,18 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def run_bench(args: argparse.Namespace) -> int:
-    from waldio.bench import report as R
     parser: argparse.ArgumentParser = args._parser
     if args.dir is not None and args.fs is not None:
         parser.error("--dir and --fs exclude each other: --dir runs in an existing directory, "
                      "--fs makes a fresh loop file system")
+    other = "--compare-mobibench" if args.compare_mobibench else "--workload speedtest1" \
+        if args.phases and "speedtest1" in args.phases else None
+    if other:
+        given = [o for o, v in (("--processes", args.processes), ("--duration", args.duration),
+                                ("--plot", args.plot), ("--verbose", args.verbose or None))
+                 if v is not None]
+        if given:
+            parser.error(f"{other}: {', '.join(given)} do not apply")
     if args.compare_mobibench:
         return run_compare_mobibench(args)
     if args.mobibench_source is not None:
@@ -264,6 +304,12 @@ def run_bench(args: argparse.Namespace) -> int:
     for opt in ("size", "speedtest1_binary", "speedtest1_lib"):
         if getattr(args, opt) is not None:
             parser.error(f"--{opt.replace('_', '-')} applies to --workload speedtest1 only")
+    if args.plot is not None and not _have_matplotlib():
+        parser.error("--plot: plots need matplotlib (pip install 'waldio[plot]')")
+    if args.processes is not None:
+        return run_processes(args)
+    if args.duration is not None:
+        parser.error("--duration applies to --processes only")
     try:
         settings = settings_from_args(args)
         modes = mode_list(args)
@@ -284,53 +330,154 @@ def run_bench(args: argparse.Namespace) -> int:
     except B.BenchError as e:
         parser.error(str(e))
 
-    plain = args.plain or not sys.stdout.isatty()
-    out = R.Printer(plain=plain)
-    err = R.Printer(plain=args.plain or not sys.stderr.isatty(), stream=sys.stderr)
+    from waldio.bench import report as R
+    out, err = _printers(args)
     t0 = time.perf_counter()
     rounds = settings.warmup + settings.repetitions
     if not args.quiet:
         pre = B.PRESETS.get(settings.preset or "")
-        out.line(f"waldio bench: preset {settings.preset or '(none)'}"
-                 + (f" ({pre.summary})" if pre else ""))
-        out.line(f"modes (order of every round): {', '.join(labels)}; "
-                 f"{settings.warmup} warm-up + {settings.repetitions} measured rounds")
-    size = args.fs_size or B.default_fs_size_mib(settings, args.fs)
+        out.wrapped(f"waldio bench: preset {settings.preset or '(none)'}"
+                    + (f" ({pre.summary})" if pre else ""))
+        out.wrapped(f"modes, in this order every round: {', '.join(labels)}; "
+                    f"{settings.warmup} warm-up + {settings.repetitions} measured rounds")
+    doc = _run(args, out, err, runner, args.fs_size or B.default_fs_size_mib(settings, args.fs),
+               rounds * len(modes), t0)
+    if doc is None:
+        return 3
+    return _finish(args, out, doc, summary=R.print_summary, failures=R.print_failures,
+                   checklist=R.print_checklist, plot=_plot_bench)
+
+
+def run_processes(args: argparse.Namespace) -> int:
+    """``waldio bench --processes``: :mod:`.processes`, printed by :mod:`.processes_report`."""
+    from waldio.bench import processes as P
+    from waldio.bench import processes_report as PR
+    parser: argparse.ArgumentParser = args._parser
+    given = [a for a in SETTING_ARGS if a not in PROCESS_ARGS and getattr(args, a) is not None]
+    given += [a for a, v in (("baseline", args.baseline), ("reader_scans", args.reader_scans),
+                             ("loop", args.loop if args.loop != "native" else None),
+                             ("no_calibration", None if args.calibration else True),
+                             ("ceiling", args.ceiling if args.ceiling != "raw-dio" else None))
+              if v is not None and a not in given]
+    if given:
+        parser.error(f"--processes: {', '.join('--' + g.replace('_', '-') for g in given)} "
+                     f"do not apply (docs/bench.md, 'Many processes')")
+    if args.duration is not None and args.transactions is not None:
+        parser.error("--processes: --duration and --transactions exclude each other (a fixed "
+                     "time, or a fixed count of transactions per process)")
     try:
-        with B.open_target(args.fs, args.dir, size, runner.need_odirect()) as target:
+        workloads = parse_process_workloads(args.phases)
+        overrides = {k: getattr(args, k) for k in PROCESS_ARGS
+                     if k not in ("phases", "transactions", "ops_per_txn", "prepopulate")}
+        if overrides.get("repetitions") is None:
+            overrides["repetitions"] = P.DEFAULT_REPETITIONS
+        overrides.update(layout=args.layout, sqlite=args.sqlite)
+        base = B.resolve_settings(args.preset, overrides)
+        ps = P.ProcessSettings(
+            base=base, processes=args.processes, workloads=workloads,
+            duration_s=None if args.transactions is not None else
+            (args.duration or P.DEFAULT_DURATION_S),
+            transactions=args.transactions, rows=args.prepopulate,
+            ops_per_txn=args.ops_per_txn or P.DEFAULT_UPDATES_PER_TXN,
+            statements=args.statements)
+        for w in workloads:
+            ps.shape(w)
+        modes = B.parse_modes(args.modes or ",".join(P.DEFAULT_MODES), args.layout, args.sqlite)
+        bench = P.ProcessBench(ps, modes, process_env())
+    except (ValueError, B.BenchError) as e:
+        parser.error(str(e))
+    out, err = _printers(args)
+    t0 = time.perf_counter()
+    if not args.quiet:
+        how = f"{ps.duration_s:g} s per cell" if ps.duration_s else \
+            f"{ps.transactions} transactions per process"
+        out.wrapped(f"waldio bench --processes {','.join(map(str, ps.processes))}: workloads "
+                    f"{', '.join(workloads)}; {how}; modes {', '.join(bench.labels)}; "
+                    f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
+    cells = len(workloads) * len(ps.processes) * len(modes)
+    doc = _run(args, out, err, bench, args.fs_size or P.DEFAULT_FS_MIB,
+               (base.warmup + base.repetitions) * cells, t0)
+    if doc is None:
+        return 3
+    return _finish(args, out, doc, summary=PR.print_results, failures=PR.print_failures,
+                   checklist=PR.print_checklist, plot=_plot_processes)
+
+
+# options of the SQL workload that --processes uses (the others are refused)
+PROCESS_ARGS = ("phases", "transactions", "ops_per_txn", "record_size", "prepopulate", "schema",
+                "seed", "repetitions", "warmup", "page_size", "cache_size", "mmap_size",
+                "locking_mode", "wal_autocheckpoint", "journal_size_limit", "stock_reserve",
+                "flush_ms", "prealloc", "group_ms", "group_bytes", "busy_timeout_ms")
+
+
+def _printers(args: argparse.Namespace) -> Tuple[Printer, Printer]:
+    return (Printer(plain=args.plain or not sys.stdout.isatty()),
+            Printer(plain=args.plain or not sys.stderr.isatty(), stream=sys.stderr))
+
+
+def _run(args: argparse.Namespace, out: Printer, err: Printer, engine: Any, size_mib: int,
+         steps: int, t0: float) -> Optional[Dict[str, Any]]:
+    """Run a Bench or a ProcessBench on the target with a progress bar; its document, or
+    None after an error that stopped it (printed)."""
+    try:
+        with B.open_target(args.fs, args.dir, size_mib, engine.need_odirect()) as target:
             if not args.quiet:
-                out.line(target.note)
-                out.line("before every repetition: os.sync() and an fsync of the directory, "
-                         "so earlier runs' dirty data is not written inside this one; the page "
-                         "cache is " + ("then dropped (--drop-caches)" if settings.drop_caches
-                                        else "not dropped"))
+                out.wrapped(f"target: {target.brief}")
                 out.line("")
-            with R.progress_reporter(err, enabled=not args.quiet,
-                                     total=rounds * len(modes)) as progress:
-                runner.progress = progress
-                doc = runner.run(target)
+            with progress_reporter(err, enabled=not args.quiet, total=steps) as progress:
+                engine.progress = progress
+                doc: Dict[str, Any] = engine.run(target)
     except B.BenchError as e:
         print(f"waldio bench: error: {e}", file=sys.stderr)
-        return 3
-    wall = time.perf_counter() - t0
-    doc["tool"]["wall_s"] = round(wall, 3)
-    problems = R.validate(doc)
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-    if not args.quiet:
-        R.print_header(out, doc)
-    R.print_results(out, doc, notes=not args.quiet)
-    R.print_failures(out, doc)
+        return None
+    doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
+    return doc
+
+
+def _have_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+Show = Callable[..., None]           # (Printer, doc, **options)
+
+
+def _finish(args: argparse.Namespace, out: Printer, doc: Dict[str, Any], *, summary: Show,
+            failures: Show, checklist: Show,
+            plot: Callable[[Dict[str, Any], str, str], List[str]]) -> int:
+    """After a run: the record files, the headline and table, failures, where the record
+    went, plots; the exit status."""
+    from waldio.bench import checklist as C
+    from waldio.bench import results
+    problems = results.validate(doc)
+    text = C.checklist_text(doc, checklist)
+    rec = C.save(doc, C.paths_for(args.json, doc["tool"]["started_utc"]), text)
+    summary(out, doc, headline=not args.quiet)
+    failures(out, doc)
     for p in problems:
         print(f"waldio bench: internal error: result does not match its schema: {p}",
               file=sys.stderr)
+    if args.verbose or not rec.complete:
+        out.line(text)
+    plots = plot(doc, rec.json_path, args.plot) if args.plot else None
     if not args.quiet:
-        out.line(f"total wall time: {wall:.1f} s" + (f"; JSON: {args.json}" if args.json else ""))
+        C.footer(out, rec, plots)
+        out.line(f"total wall time: {doc['tool']['wall_s']:.1f} s")
     if problems:
         return 3
     return 0 if doc["ok"] else 1
+
+
+def _plot_bench(doc: Dict[str, Any], json_path: str, out_dir: str) -> List[str]:
+    return plot_all([(json_path, doc)], out_dir, ("png", "svg"))
+
+
+def _plot_processes(doc: Dict[str, Any], json_path: str, out_dir: str) -> List[str]:
+    return plot_processes(doc, os.path.splitext(os.path.basename(json_path))[0], out_dir,
+                          ("png", "svg"))
 
 
 def compare_mobibench_argv(args: argparse.Namespace) -> List[str]:
@@ -370,7 +517,6 @@ _NOT_FOR_SPEEDTEST1 = tuple(a for a in SETTING_ARGS if a not in ("phases", "repe
 def run_speedtest1(args: argparse.Namespace) -> int:
     """``waldio bench --workload speedtest1``: SQLite's speedtest1, stock and waldio."""
     from waldio.bench import speedtest1 as S
-    from waldio.bench import report as R
     from waldio.bench import speedtest1_report as SR
     parser: argparse.ArgumentParser = args._parser
     if args.phases != ["speedtest1"]:
@@ -397,9 +543,7 @@ def run_speedtest1(args: argparse.Namespace) -> int:
             lib=args.speedtest1_lib)
     except ValueError as e:
         parser.error(str(e))
-    plain = args.plain or not sys.stdout.isatty()
-    out = R.Printer(plain=plain)
-    err = R.Printer(plain=args.plain or not sys.stderr.isatty(), stream=sys.stderr)
+    out, err = _printers(args)
     t0 = time.perf_counter()
     rounds = st.warmup + st.repetitions
     runner = S.Speedtest1(st, log=(lambda line: None) if args.quiet else err.line)
@@ -418,8 +562,8 @@ def run_speedtest1(args: argparse.Namespace) -> int:
             if not args.quiet:
                 out.line(target.note)
                 out.line("")
-            with R.progress_reporter(err, enabled=not args.quiet,
-                                     total=rounds * len(st.sizes) * len(st.modes)) as progress:
+            with progress_reporter(err, enabled=not args.quiet,
+                                   total=rounds * len(st.sizes) * len(st.modes)) as progress:
                 runner.progress = lambda ev: progress(dict(
                     ev, result=f"TOTAL {ev['total_ms']:,} ms" if ev.get("total_ms") is not None
                     else None))
@@ -428,7 +572,7 @@ def run_speedtest1(args: argparse.Namespace) -> int:
         print(f"waldio bench: error: {e}", file=sys.stderr)
         return 3
     doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
-    problems = SR.validate(doc)
+    problems = results.validate(doc)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
@@ -447,7 +591,9 @@ def run_speedtest1(args: argparse.Namespace) -> int:
 
 
 def run_report(args: argparse.Namespace) -> int:
+    from waldio.bench import processes_report as PR
     from waldio.bench import report as R
+    from waldio.bench import speedtest1_report as SR
     parser: argparse.ArgumentParser = args._parser
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
@@ -457,41 +603,44 @@ def run_report(args: argparse.Namespace) -> int:
     docs = []
     for path in args.files:
         try:
-            docs.append((path, R.load(path)))
+            docs.append((path, results.load(path)))
         except (OSError, ValueError) as e:
             parser.error(f"{path}: {e}")
-    plain = args.plain or not sys.stdout.isatty()
-    out = R.Printer(plain=plain)
+    if args.out and not _have_matplotlib():
+        print("waldio report: error: plots need matplotlib (pip install 'waldio[plot]')",
+              file=sys.stderr)
+        return 3
+    out = Printer(plain=args.plain or not sys.stdout.isatty())
     status = 0
     for path, doc in docs:
         out.line(f"== {path} ==")
-        if doc.get("kind") == "speedtest1":
-            from waldio.bench import speedtest1_report as SR
+        kind = results.kind_of(doc)
+        if kind == "speedtest1":
             SR.print_results(out, doc)
             SR.print_failures(out, doc)
-            if not doc.get("ok", False):
-                status = 1
-            out.line("")
-            continue
-        if args.params:
-            R.print_header(out, doc)
+        elif kind == "processes":
+            if args.params:
+                PR.print_checklist(out, doc)
+            PR.print_results(out, doc)
+            PR.print_failures(out, doc)
         else:
-            R.print_brief_header(out, doc)
-        R.print_results(out, doc, notes=True)
-        R.print_failures(out, doc)
+            if args.params:
+                R.print_header(out, doc)
+            else:
+                R.print_brief_header(out, doc)
+            R.print_headline(out, doc)
+            R.print_results(out, doc, notes=True)
+            R.print_failures(out, doc)
         if not doc.get("ok", False):
             status = 1
         out.line("")
-    docs = [(p, d) for p, d in docs if d.get("kind") != "speedtest1"]   # no plots (yet)
-    if args.out and docs:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            print("waldio report: error: plots need matplotlib (pip install 'waldio[plot]')",
-                  file=sys.stderr)
-            return 3
-        from waldio.bench.plots import plot_all
-        written = plot_all(docs, args.out, formats)
+    if args.out:
+        bench_docs = [(p, d) for p, d in docs if results.kind_of(d) == "bench"]
+        written = plot_all(bench_docs, args.out, formats) if bench_docs else []
+        for p, d in docs:
+            if results.kind_of(d) == "processes":
+                written += plot_processes(d, os.path.splitext(os.path.basename(p))[0], args.out,
+                                          formats)
         for w in written:
             out.line(f"wrote {w}")
     return status

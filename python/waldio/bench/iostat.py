@@ -5,6 +5,8 @@
   system's journal and data and nothing else); sectors written and flush
   requests; also the disk holding a loop device's backing file.
 * Process: ``/proc/self/io`` (``write_bytes``, ``syscw``, ``wchar``).
+* CPU: the first line of ``/proc/stat`` (every CPU of the machine, every process),
+  to say how busy the machine was while a run was timed.
 The counters include every other writer of the device.
 """
 from __future__ import annotations
@@ -116,10 +118,42 @@ def proc_delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, Any]:
                       "cancelled_write_bytes")}
 
 
+def read_cpu_ticks() -> Dict[str, int]:
+    """Machine-wide CPU time in clock ticks: busy (user, nice, system, irq, softirq,
+    steal) and idle (idle, iowait); empty when /proc/stat cannot be read."""
+    try:
+        with open("/proc/stat") as f:
+            first = f.readline().split()
+    except OSError:
+        return {}
+    if not first or first[0] != "cpu":
+        return {}
+    v = [int(x) for x in first[1:9]] + [0] * max(0, 8 - len(first[1:9]))
+    user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
+    return {"busy": user + nice + system + irq + softirq + steal, "idle": idle + iowait}
+
+
+def cpu_busy_share(a: Dict[str, int], b: Dict[str, int]) -> Optional[float]:
+    """The share of all CPUs' time that was busy between two readings (0..1)."""
+    if not a or not b:
+        return None
+    busy, idle = b["busy"] - a["busy"], b["idle"] - a["idle"]
+    return busy / (busy + idle) if busy + idle > 0 else None
+
+
 class Snapshot:
     def __init__(self, devices: List[Device]) -> None:
         self.dev = [read_device(d) for d in devices]
         self.proc = read_proc_io()
+        self.cpu = read_cpu_ticks()
+
+
+def device_windows(devices: List[Device], s0: Snapshot, s1: Snapshot, s2: Snapshot
+                   ) -> List[Dict[str, Any]]:
+    """Per device, what it did in the timed window (s0..s1) and the total one (s0..s2)."""
+    return [{"name": dv.name, "role": dv.role, "kind": dv.kind,
+             "timed": device_delta(s0.dev[i], s1.dev[i]),
+             "total": device_delta(s0.dev[i], s2.dev[i])} for i, dv in enumerate(devices)]
 
 
 DROP_CACHES = "/proc/sys/vm/drop_caches"

@@ -157,6 +157,20 @@ for _base in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns"):
               durability=_b.durability))
 
 
+# Strict durable group commit (issue 18): as -durable, and no reader, in any process,
+# sees a commit before the flush that covers it completed.  Only for the bases whose
+# commits are durable (a strict NORMAL would wait for a flush NORMAL never promises).
+for _base in ("waldio-full", "waldio-persistent"):
+    _b = MODES[_base]
+    _add(Mode(f"{_base}-strict", "waldio", "WAL", _b.synchronous,
+              pragmas=_b.pragmas + ("PRAGMA waldio_group=strict",), waldio_sync=_b.waldio_sync,
+              waldio_group="strict",
+              commit="as -durable (a group write covering it, shared by concurrent committers, "
+                     "across processes), and readers never see a commit before that write is "
+                     "durable; base: " + _b.commit,
+              durability=_b.durability))
+
+
 for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns", "waldio-off"):
     MODES[_m] = replace(MODES[_m], waldio_group="off")
 

@@ -27,9 +27,10 @@ from __future__ import annotations
 import ctypes
 import threading
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple
 
-from .plan import Plan
+from . import histogram
+from .plan import Stmt
 
 STATEMENT_STYLES = ("prepared", "exec")
 LOOPS = ("native", "python")
@@ -52,7 +53,8 @@ class _Op(ctypes.Structure):
 
 class _Txn(ctypes.Structure):
     _fields_ = [("first_op", ctypes.c_int32), ("nop", ctypes.c_int32),
-                ("begin_stmt", ctypes.c_int32), ("commit_stmt", ctypes.c_int32)]
+                ("begin_stmt", ctypes.c_int32), ("commit_stmt", ctypes.c_int32),
+                ("kind", ctypes.c_int32)]
 
 
 class _Job(ctypes.Structure):
@@ -64,7 +66,11 @@ class _Job(ctypes.Structure):
                 ("t_start", ctypes.c_void_p), ("t_end", ctypes.c_void_p),
                 ("rows", ctypes.c_int64), ("slept_ns", ctypes.c_int64),
                 ("done", ctypes.c_int32), ("rc", ctypes.c_int32),
-                ("errmsg", ctypes.c_char * 512)]
+                ("errmsg", ctypes.c_char * 512),
+                ("start_at_ns", ctypes.c_int64), ("deadline_ns", ctypes.c_int64),
+                ("max_txns", ctypes.c_int64), ("hist", ctypes.c_void_p), ("nkind", ctypes.c_int32),
+                ("reserved2", ctypes.c_int32),
+                ("first_start_ns", ctypes.c_int64), ("last_end_ns", ctypes.c_int64)]
 
 
 class TxnLoopError(Exception):
@@ -107,6 +113,14 @@ def render(sql: str, params: Sequence[Any]) -> str:
     return "".join(out)
 
 
+class Planned(Protocol):
+    """What the C loop needs of a plan (a :class:`~.plan.Plan`, or one process's plan
+    of ``waldio bench --processes``): its transactions as (kind, statements), where
+    kind is the phase (index into ``phases``) and the histogram row of a timed run."""
+
+    txns: List[Tuple[int, Tuple[Stmt, ...]]]
+
+
 class CompiledPlan:
     """One thread's plan as the C loop's arrays, in one statement style.
 
@@ -114,7 +128,7 @@ class CompiledPlan:
     outside any transaction), as in the Python loop of :mod:`.runner`.
     """
 
-    def __init__(self, plan: Plan, style: str, txn_style: str, phases: Sequence[str]) -> None:
+    def __init__(self, plan: Planned, style: str, txn_style: str, phases: Sequence[str]) -> None:
         if style not in STATEMENT_STYLES:
             raise ValueError(f"unknown statement style {style!r}")
         self.style = style
@@ -141,7 +155,7 @@ class CompiledPlan:
         blobs: Dict[bytes, int] = {}
         values: List[Tuple[int, int, int, int]] = []    # kind, len, i, blob index
         ops: List[Tuple[int, int, int, int]] = []
-        txns: List[Tuple[int, int, int, int]] = []
+        txns: List[Tuple[int, int, int, int, int]] = []
         commit = index("COMMIT") if any(phase_begin) else -1
         for phase, stmts in self.plan.txns:
             b = phase_begin[phase]
@@ -150,7 +164,8 @@ class CompiledPlan:
                 ops.append((index(sql), len(values), len(params), int(is_select)))
                 for v in params:
                     values.append(self._value(v, blobs))
-            txns.append((first, len(ops) - first, index(b) if b else -1, commit if b else -1))
+            txns.append((first, len(ops) - first, index(b) if b else -1, commit if b else -1,
+                         phase))
         self.sql = list(texts)
         self._sql_array = self._c_strings(self.sql)
         buffers = [ctypes.create_string_buffer(data, len(data) or 1) for data in blobs]
@@ -185,14 +200,14 @@ class CompiledPlan:
     def _compile_exec(self, phase_begin: List[Optional[str]]) -> None:
         texts: List[str] = []
         ops: List[Tuple[int, int, int, int]] = []
-        txns: List[Tuple[int, int, int, int]] = []
+        txns: List[Tuple[int, int, int, int, int]] = []
         for phase, stmts in self.plan.txns:
             b = phase_begin[phase]
             body = ";".join(render(sql, params) for sql, params, _ in stmts)
             selects = any(s for _, _, s in stmts)
             texts.append(f"{b};{body};COMMIT;" if b else body + ";")
             ops.append((len(texts) - 1, 0, 0, int(selects)))
-            txns.append((len(ops) - 1, 1, -1, -1))
+            txns.append((len(ops) - 1, 1, -1, -1, phase))
         self.sql = texts
         self._sql_array = self._c_strings(texts)
         self.values = (_Value * 1)()
@@ -217,10 +232,11 @@ class CompiledPlan:
         return arr
 
     @staticmethod
-    def _txns(txns: List[Tuple[int, int, int, int]]) -> Any:
+    def _txns(txns: List[Tuple[int, int, int, int, int]]) -> Any:
         arr = (_Txn * max(1, len(txns)))()
-        for k, (f, n, b, c) in enumerate(txns):
+        for k, (f, n, b, c, kind) in enumerate(txns):
             arr[k].first_op, arr[k].nop, arr[k].begin_stmt, arr[k].commit_stmt = f, n, b, c
+            arr[k].kind = kind
         return arr
 
     def head(self, n: int) -> "CompiledPlan":
@@ -257,6 +273,19 @@ class Result:
     @property
     def t_end(self) -> List[int]:
         return self.t_end_c[:self.n]
+
+
+@dataclass
+class TimedResult:
+    """What one timed run hands back: transactions done, rows the SELECTs returned, one
+    latency histogram per transaction kind (:mod:`.histogram`'s sparse form), and the
+    start of the first and the end of the last transaction (CLOCK_MONOTONIC ns)."""
+
+    done: int
+    rows: int
+    hist: List[histogram.Sparse]
+    first_start_ns: int
+    last_end_ns: int
 
 
 class Prepared:
@@ -300,6 +329,12 @@ class TxnLoop:
         lib.waldio_txnloop_last_api.restype = ctypes.c_void_p
         lib.waldio_txnloop_last_api.argtypes = []
         lib.wbr_now_ns.restype = ctypes.c_int64
+        lib.wbr_run_timed.restype = ctypes.c_int
+        lib.wbr_run_timed.argtypes = [ctypes.POINTER(_Job)]
+        lib.wbr_hist_buckets.restype = ctypes.c_int
+        if lib.wbr_hist_buckets() != histogram.BUCKETS:
+            raise RuntimeError(f"{path}: {lib.wbr_hist_buckets()} histogram buckets, "
+                               f"waldio.bench.histogram expects {histogram.BUCKETS} (rebuild)")
         self.lib = lib
         self._apis: Dict[str, int] = {}
 
@@ -361,6 +396,30 @@ class TxnLoop:
             raise TxnLoopError(job.done, job.rc, job.errmsg.decode("utf-8", "replace"))
         return Result(t_start_c=t0, t_end_c=t1, n=n if stamps else min(n, 1), rows=int(job.rows),
                       slept_ns=int(job.slept_ns))
+
+    def run_timed(self, prepared: Prepared, nkind: int, start_at_ns: int,
+                  deadline_ns: int, max_txns: int = 0) -> "TimedResult":
+        """One process's timed run (``wbr_run_timed``): wait until ``start_at_ns``
+        (CLOCK_MONOTONIC), then repeat the plan until a transaction ends at or after
+        ``deadline_ns`` (0: no deadline) or ``max_txns`` are done (0: no count; one of
+        the two is needed).  TxnLoopError on the first failure."""
+        cp = prepared.cplan
+        hist = (ctypes.c_int64 * (histogram.BUCKETS * nkind))()
+        job = _Job(api=prepared.api, db=prepared.db, style=_STYLE_CODE[cp.style], ntxn=cp.ntxn,
+                   stamps=0, stmts=ctypes.addressof(prepared.stmts),
+                   sql=ctypes.addressof(cp._sql_array),
+                   txns=ctypes.addressof(cp.txns), ops=ctypes.addressof(cp.ops),
+                   params=ctypes.addressof(cp.values), start_at_ns=int(start_at_ns),
+                   deadline_ns=int(deadline_ns), max_txns=int(max_txns),
+                   hist=ctypes.addressof(hist), nkind=nkind)
+        rc = self.lib.wbr_run_timed(ctypes.byref(job))
+        if rc != 0:
+            raise TxnLoopError(job.done, job.rc, job.errmsg.decode("utf-8", "replace"))
+        rows = [histogram.sparse(hist[k * histogram.BUCKETS:(k + 1) * histogram.BUCKETS])
+                for k in range(nkind)]
+        return TimedResult(done=int(job.done), rows=int(job.rows), hist=rows,
+                           first_start_ns=int(job.first_start_ns),
+                           last_end_ns=int(job.last_end_ns))
 
     def now_ns(self) -> int:
         return int(self.lib.wbr_now_ns())

@@ -13,6 +13,8 @@ from typing import Callable, Dict, List
 
 from waldio import bench as B
 
+from .process_workloads import WORKLOADS as PROCESS_WORKLOADS
+
 
 def int_at_least(lo: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
@@ -44,6 +46,32 @@ def float_at_least_zero(text: str) -> float:
     return v
 
 
+def float_above_zero(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return v
+
+
+def count_list_arg(text: str) -> List[int]:
+    """A comma list of integers >= 1 (``--processes 1,2,4``), duplicates dropped."""
+    out: List[int] = []
+    for word in text.split(","):
+        try:
+            n = int(word.strip().replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma list of integers >= 1, got "
+                                             f"{word.strip()!r} in {text!r}")
+        if n < 1:
+            raise argparse.ArgumentTypeError(f"expected integers >= 1, got {n} in {text!r}")
+        if n not in out:
+            out.append(n)
+    return out
+
+
 def mode_list_arg(text: str) -> str:
     try:
         B.parse_modes(text)
@@ -64,12 +92,14 @@ def mode_name_arg(text: str) -> str:
 
 def workload_arg(text: str) -> List[str]:
     words = [w.strip() for w in text.split(",") if w.strip()]
-    bad = [w for w in words if w not in B.WORKLOADS and w != "speedtest1"]
+    bad = [w for w in words if w not in B.WORKLOADS and w != "speedtest1"
+           and w not in PROCESS_WORKLOADS]
     if not words or bad:
         raise argparse.ArgumentTypeError(
             f"unknown workload {', '.join(map(repr, bad)) or repr(text)} (accepted: "
             f"{', '.join(B.WORKLOADS)}, or a comma list of them, run one after the other; "
-            f"or speedtest1 alone: SQLite's own benchmark)")
+            f"or speedtest1 alone: SQLite's own benchmark; with --processes: "
+            f"{', '.join(PROCESS_WORKLOADS)})")
     if "speedtest1" in words and len(words) > 1:
         raise argparse.ArgumentTypeError("speedtest1 runs alone (SQLite's own benchmark "
                                          "program), not as a phase of a list")
@@ -113,11 +143,11 @@ SETTING_ARGS = ("phases", "mix", "transactions", "ops_per_txn", "record_size", "
                  "warmup", "page_size", "cache_size", "mmap_size", "locking_mode",
                  "wal_autocheckpoint", "journal_size_limit", "stock_reserve", "flush_ms",
                  "prealloc", "group_ms", "group_bytes", "max_latency_samples", "reader_scans",
-                 "drop_caches")
+                 "drop_caches", "busy_timeout_ms")
 
 
 def settings_from_args(args: argparse.Namespace) -> B.Settings:
-    overrides = {k: getattr(args, k) for k in SETTING_ARGS}
+    overrides = {k: getattr(args, k, None) for k in SETTING_ARGS}   # waldio trace: a subset
     overrides["layout"] = args.layout
     overrides["sqlite"] = args.sqlite
     overrides["ceiling"] = args.ceiling

@@ -31,6 +31,7 @@ from typing import Any, Dict, List, Optional
 
 from .modes import parse_modes
 from .settings import BenchError, Settings
+from .sqlite_env import Opener, SqliteEnv, child_env
 
 
 def scan_sql(table: str) -> str:
@@ -41,15 +42,10 @@ def scan_sql(table: str) -> str:
 def spawn(label_spec: str, layout: str, sqlite: str, s: Settings, db: str, scans: int,
           update_value: str, timeout_s: float = 600.0) -> Dict[str, Any]:
     """Run the reader process; returns its result (see :func:`run_reader`)."""
-    import waldio
     req = {"mode": label_spec, "layout": layout, "sqlite": sqlite,
            "settings": {f.name: getattr(s, f.name) for f in fields(Settings)},
            "db": db, "scans": scans, "update_value": update_value}
-    env = dict(os.environ)
-    env["WALDIO_EXTENSION"] = str(waldio.extension_path())
-    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"]
-                                    if env.get("PYTHONPATH") else "")
+    env = child_env()
     t0 = time.perf_counter_ns()
     p = subprocess.run([sys.executable, "-m", "waldio.bench.reader"], input=json.dumps(req),
                        capture_output=True, text=True, env=env, timeout=timeout_s)
@@ -64,7 +60,6 @@ def spawn(label_spec: str, layout: str, sqlite: str, s: Settings, db: str, scans
 
 def run_reader(req: Dict[str, Any]) -> Dict[str, Any]:
     """In the child: open with the mode's settings, scan, report."""
-    from .sqlite_env import Opener, SqliteEnv
     s = Settings(**req["settings"])
     spec = parse_modes(req["mode"], req["layout"], req["sqlite"])[0]
     env = SqliteEnv()

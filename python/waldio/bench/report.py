@@ -1,7 +1,7 @@
 """Tables of ``waldio bench`` results (``waldio report``, and the bench's own output).
 
 Everything here reads the result document (the JSON ``waldio bench --json``
-writes; schema in ``schemas/bench.schema.json``), so a saved file prints
+writes; schema in ``schemas/bench.schema.json``, read by :mod:`.results`), so a saved file prints
 exactly like the run that produced it.  Nothing is computed that the document
 does not hold, except formatting and, for the stacked bytes plot, the
 difference "total window minus timed window".
@@ -10,16 +10,12 @@ Plots are :mod:`.plots`.
 """
 from __future__ import annotations
 
-import contextlib
-import json
-import sys
-from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from waldio import params as _params
 
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "bench.schema.json"
-
+from . import verdict as V
+from .printer import Printer, progress_reporter  # noqa: F401 - progress_reporter: waldio trace
 
 # keys shown per mode in the settings table (read back), removed from the header
 _PER_MODE_SQLITE = ("vfs", "journal_mode", "synchronous", "page_size", "reserve_bytes",
@@ -29,143 +25,6 @@ _PER_MODE_SQLITE = ("vfs", "journal_mode", "synchronous", "page_size", "reserve_
 
 _HEADER_UNSET = ("cache_size", "mmap_size", "locking_mode", "wal_autocheckpoint",
                  "journal_size_limit", "flush_ms", "prealloc", "group_ms", "group_bytes")
-
-
-def schema() -> Dict[str, Any]:
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def validate(doc: Dict[str, Any]) -> List[str]:
-    """Schema violations of ``doc`` (empty when valid or jsonschema is missing)."""
-    try:
-        import jsonschema
-    except ImportError:
-        return []
-    validator = jsonschema.Draft202012Validator(schema())
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-            for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))][:20]
-
-
-def load(path: str) -> Dict[str, Any]:
-    with open(path, encoding="utf-8") as f:
-        try:
-            doc = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"not JSON: {e}") from None
-    if not isinstance(doc, dict) or "schema_version" not in doc:
-        raise ValueError("not a waldio bench result (no schema_version)")
-    if doc.get("kind") == "speedtest1":      # waldio bench --workload speedtest1
-        from .speedtest1_report import validate as validate_speedtest1
-        problems = validate_speedtest1(doc)
-        if problems:
-            raise ValueError("does not match the speedtest1 schema: " + "; ".join(problems[:5]))
-        return doc
-    want = schema()["properties"]["schema_version"]["const"]
-    if doc["schema_version"] != want:
-        raise ValueError(f"schema_version {doc['schema_version']} (this waldio reads {want})")
-    problems = validate(doc)
-    if problems:
-        raise ValueError("does not match the bench schema: " + "; ".join(problems[:5]))
-    return doc
-
-
-class Printer:
-    """rich tables on a terminal, plain aligned text otherwise."""
-
-    def __init__(self, plain: bool, stream: Optional[TextIO] = None) -> None:
-        self.stream = stream if stream is not None else sys.stdout
-        self.console = None
-        if not plain:
-            try:
-                from rich.console import Console
-                self.console = Console(file=stream, highlight=False, soft_wrap=True)
-            except ImportError:
-                self.console = None
-
-    def line(self, text: str = "") -> None:
-        if self.console is not None:
-            self.console.print(text, markup=False)
-        else:
-            print(text, file=self.stream)
-        self.stream.flush()
-
-    def table(self, title: str, columns: List[str], rows: List[List[str]],
-              align: Optional[List[str]] = None) -> None:
-        align = align or ["l"] + ["r"] * (len(columns) - 1)
-        if self.console is not None:
-            from rich import box
-            from rich.table import Table
-            t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
-                      show_edge=False, pad_edge=False)
-            for c, a in zip(columns, align):
-                t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
-            for r in rows:
-                t.add_row(*r)
-            self.console.print(t)
-            return
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
-
-        def fmt(cells: List[str]) -> str:
-            return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
-                             for c, w, a in zip(cells, widths, align)).rstrip()
-        if title:
-            print(title, file=self.stream)
-        print(fmt(columns), file=self.stream)
-        print("  ".join("-" * w for w in widths), file=self.stream)
-        for r in rows:
-            print(fmt(r), file=self.stream)
-        print(file=self.stream)
-        self.stream.flush()
-
-
-@contextlib.contextmanager
-def progress_reporter(printer: Printer, enabled: bool, total: int
-                      ) -> Iterator[Callable[[Dict[str, Any]], None]]:
-    """A progress callback for Bench: a rich bar on a terminal, else one line per run.
-
-    The bar is refreshed only between repetitions (auto_refresh off), so no
-    drawing thread competes with a timed region.
-    """
-    if not enabled:
-        yield lambda ev: None
-        return
-    if printer.console is not None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-        prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=printer.console, auto_refresh=False,
-                        transient=True)
-        task = prog.add_task("starting", total=total)
-
-        def cb(ev: Dict[str, Any]) -> None:
-            if ev["event"] not in ("start", "done"):
-                return
-            what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
-            if ev["event"] == "start":
-                prog.update(task, description=f"{ev['mode']:<22} {what}")
-            else:
-                prog.update(task, advance=1)
-            prog.refresh()
-        with prog:
-            yield cb
-        return
-
-    def line(ev: Dict[str, Any]) -> None:
-        if ev["event"] != "done":
-            return
-        what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
-        res = ev.get("result") or (f"{ev['ops_per_s']:,.0f} ops/s" if ev.get("ops_per_s")
-                                   else "no result")
-        state = "ok" if ev["ok"] else f"FAILED {ev.get('error') or 'checks'}"
-        print(f"[{ev['step']}/{ev['total']}] {ev['mode']} {what}: {res} ({state})",
-              file=printer.stream, flush=True)
-    yield line
 
 
 def _num(v: Optional[float], digits: int = 0) -> str:
@@ -191,6 +50,12 @@ def _ms(ns: Optional[float]) -> str:
     if ms >= 1:
         return f"{ms:.2f}"
     return f"{ms:.3f}"
+
+
+def check_cell(reps: List[Dict[str, Any]]) -> str:
+    """``ok``, or ``FAIL k/n``: repetitions that failed, warm-up included."""
+    nfail = sum(1 for r in reps if not r["ok"])
+    return "ok" if nfail == 0 and reps else f"FAIL {nfail}/{len(reps)}"
 
 
 def summary_median(s: Optional[Dict[str, Any]]) -> Optional[float]:
@@ -231,9 +96,7 @@ def results_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]],
         ops = s.get("ops_per_s")
         lat = s.get("latency_ns") or {}
         pt = s.get("per_txn") or {}
-        nfail = sum(1 for r in m["repetitions"] if not r["ok"])
-        check = "ok" if nfail == 0 and m["repetitions"] else \
-            f"FAIL {nfail}/{len(m['repetitions'])}"
+        check = check_cell(m["repetitions"])
         row = [m["label"] + (" *" if m["label"] == base else ""),
                _ops(summary_median(ops)),
                f"{_ops(ops['min'])}-{_ops(ops['max'])}" if ops else "-",
@@ -323,6 +186,95 @@ def result_notes(doc: Dict[str, Any]) -> List[str]:
     return notes
 
 
+def headline(doc: Dict[str, Any]) -> Tuple[str, List[Tuple[str, Optional[Dict[str, Any]], str]]]:
+    """What the headline compares: each mode against stock WAL with its synchronous
+    setting, or, when no mode has one, each mode against the baseline."""
+    same = doc["ratios"].get("same_sync") or {}
+    n = doc["params"]["bench"]["repetitions"]
+    rounds = f"median of {n} paired round{'s' if n != 1 else ''} (min-max)"
+    if same:
+        return (f"headline: each waldio mode against stock WAL with its synchronous setting, "
+                f"ops/s ratio, {rounds}",
+                [(m["label"], same[m["label"]], same[m["label"]]["stock"]) for m in doc["modes"]
+                 if m["label"] in same])
+    base = doc["ratios"]["baseline"]
+    return (f"headline: each mode against {base}, ops/s ratio, {rounds}",
+            [(m["label"], doc["ratios"]["modes"].get(m["label"]), base) for m in doc["modes"]
+             if m["label"] != base])
+
+
+def print_headline(out: Printer, doc: Dict[str, Any]) -> None:
+    title, rows = headline(doc)
+    out.wrapped(title)
+    width = max([len(label) for label, _, _ in rows] + [4])
+    refw = max([len(ref) for _, _, ref in rows] + [4])
+    noisy = 0
+    for label, r, ref in rows:
+        why = V.too_noisy(r)
+        noisy += why is not None
+        ratio = "-" if not r or r.get("median") is None else \
+            f"{r['median']:.2f}x {ref:<{refw}}  ({r['min']:.2f}-{r['max']:.2f})"
+        out.wrapped(f"  {label:<{width}}  {ratio}" +
+                    (f"  too noisy to conclude: {why}" if why else ""), indent=" " * (width + 4))
+    if noisy:
+        busy = [(m["summary"] or {}).get("machine_busy") for m in doc["modes"]]
+        busy_med = [b["median"] for b in busy if b]
+        load = (f"; the machine's CPUs were up to {100 * max(busy_med):.0f}% busy during the "
+                f"timed regions, this run included" if busy_med else "")
+        out.wrapped(f"  {noisy} of {len(rows)} cannot be told from noise: the machine moved the "
+                    f"rounds more than the modes differ{load}. Rerun with more --repetitions, "
+                    f"on a quieter machine.", indent="  ")
+    out.line("")
+
+
+def compact_table(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]:
+    """One row per mode, the columns a first look needs (the checklist has them all)."""
+    base = doc["ratios"]["baseline"]
+    dev = primary_device(doc)
+    devname = dev["name"] if dev else "device"
+    cols = ["mode", "ops/s", "min-max", f"x {base}", "p50 ms", "p99 ms", f"{devname} KB/tx",
+            "flush/tx", "check"]
+    rows = []
+    for m in doc["modes"]:
+        s = m["summary"] or {}
+        ops = s.get("ops_per_s")
+        lat = s.get("latency_ns") or {}
+        pt = s.get("per_txn") or {}
+        kb = summary_median(pt.get("device_write_bytes"))
+        fl = summary_median(pt.get("device_flushes"))
+        rows.append([m["label"] + (" *" if m["label"] == base else ""),
+                     _ops(summary_median(ops)),
+                     f"{_ops(ops['min'])}-{_ops(ops['max'])}" if ops else "-",
+                     V.ratio_text(doc["ratios"]["modes"].get(m["label"])),
+                     _ms(lat.get("p50_ns")), _ms(lat.get("p99_ns")),
+                     "-" if kb is None else f"{kb / 1024:.1f}",
+                     "-" if fl is None else f"{fl:.2f}",
+                     check_cell(m["repetitions"])])
+    b = doc["params"]["bench"]
+    n = b["repetitions"]
+    title = f"results: {b.get('preset') or 'custom'} workload, medians of {n} round" + \
+        ("s" if n != 1 else "")
+    return title, cols, rows
+
+
+def print_summary(out: Printer, doc: Dict[str, Any], headline: bool = True) -> None:
+    """The default output after a run: the headline, then the compact table."""
+    if headline:
+        print_headline(out, doc)
+    out.table(*compact_table(doc))
+    timed = "+".join(doc["params"]["bench"]["timed_region"])
+    out.wrapped(f"ops/s = transactions / timed wall ({timed}); * = the baseline; KB/tx, "
+                f"flush/tx: the device's own counters per transaction. Every column and what "
+                f"it means: the checklist.")
+    out.line("")
+
+
+def print_checklist(out: Printer, doc: Dict[str, Any]) -> None:
+    """Everything a run recorded: the parameter header, every table, every note."""
+    print_header(out, doc)
+    print_results(out, doc, notes=True)
+
+
 def print_results(out: Printer, doc: Dict[str, Any], notes: bool = True) -> None:
     title, cols, rows, nts = results_table(doc)
     out.table(title, cols, rows)
@@ -340,7 +292,7 @@ def print_results(out: Printer, doc: Dict[str, Any], notes: bool = True) -> None
         out.table(*ht)
     if notes:
         for n in nts:
-            out.line(f"- {n}")
+            out.wrapped(f"- {n}")
         out.line("")
 
 
@@ -465,18 +417,24 @@ def reader_table(doc: Dict[str, Any]) -> Optional[Tuple[str, List[str], List[Lis
             cols, rows)
 
 
+def failure_lines(tag: str, reps: List[Dict[str, Any]]) -> List[str]:
+    """``FAILED <tag> <round>: <why>`` for every error and failed check of ``reps``."""
+    out = []
+    for r in reps:
+        if r["ok"]:
+            continue
+        what = f"{tag} " + ("warm-up" if r["warmup"] else f"round {r['index']}")
+        if r.get("error"):
+            out.append(f"FAILED {what}: {r['error']}")
+        out += [f"FAILED {what}: {it['name']}: expected {it['expected']!r}, got "
+                f"{it['actual']!r}" for it in r["checks"]["items"] if not it["ok"]]
+    return out
+
+
 def print_failures(out: Printer, doc: Dict[str, Any]) -> None:
     for m in doc["modes"]:
-        for r in m["repetitions"]:
-            if r["ok"]:
-                continue
-            what = "warm-up" if r["warmup"] else f"round {r['index']}"
-            if r.get("error"):
-                out.line(f"FAILED {m['label']} {what}: {r['error']}")
-            for it in r["checks"]["items"]:
-                if not it["ok"]:
-                    out.line(f"FAILED {m['label']} {what}: {it['name']}: expected "
-                             f"{it['expected']!r}, got {it['actual']!r}")
+        for line in failure_lines(m["label"], m["repetitions"]):
+            out.wrapped(line)
 
 
 def _first_settings(m: Dict[str, Any]) -> Dict[str, Any]:
@@ -567,13 +525,19 @@ def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def print_header(out: Printer, doc: Dict[str, Any]) -> None:
+    print_parameters(out, header_params(doc), settings_table(doc), doc["modes"])
+
+
+def print_parameters(out: Printer, header: Dict[str, Any], settings: Tuple[Any, ...],
+                     modes: List[Dict[str, Any]]) -> None:
+    """The parameter header, the settings table and what each mode's commit does."""
     out.line("== parameters (read back from SQLite and the system; 'unknown (why)' = "
              "could not be read) ==")
-    out.line(_params.format_params(header_params(doc), width=110))
+    out.line(_params.format_params(header, width=110))
     out.line("")
-    out.table(*settings_table(doc))
+    out.table(*settings)
     out.line("modes:")
-    for m in doc["modes"]:
+    for m in modes:
         out.line(f"  {m['label']}: {m['commit']}; durability: {m['durability']}")
     out.line("")
 

@@ -14,7 +14,6 @@ blocks).  Summaries and paired ratios come from :mod:`.stats`.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import mmap
 import os
@@ -29,13 +28,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from waldio import params as _params
 
 from . import lsmvbt
-from .iostat import (DROP_CACHES, Device, Snapshot, device_delta, devices_for, proc_delta,
-                     settle, sync_dir)
+from .iostat import (DROP_CACHES, Device, Snapshot, cpu_busy_share, device_windows, devices_for,
+                     proc_delta, settle, sync_dir)
 from .modes import RAW_APPEND_BYTES, RAW_BLOCK, ModeSpec
-from .calibrate import calibrate
+from .calibrate import Subject, calibrate
 from .native import LOOPS, STATEMENT_STYLES, CompiledPlan, Prepared, Result, TxnLoop
 from .plan import build_plan, record_value
 from .provenance import UNKNOWN, timestamp, tool_info
+from .pyloop import extend_span, python_loop
 from .settings import (
     DEFAULT_PREALLOC,
     TIMED_PARTS,
@@ -44,20 +44,12 @@ from .settings import (
     create_table_sql,
     parse_size,
 )
-from .sqlite_env import (
-    RESERVE_FOR_EMBED,
-    SQLITE_FCNTL_RESERVE_BYTES,
-    Opener,
-    SqliteEnv,
-    read_settings,
-)
-from .stats import latency_summary, pair_ratios, summarize
+from .sqlite_env import Opener, SqliteEnv, read_settings
+from .stats import latency_summary, pair_ratios, sum_counters, summarize
 from .target import Target
+from .template import FILL_TABLE, add_fill_table, building, reserve_for, steady_state
 
 SCHEMA_VERSION = 1
-
-
-WALFILL_TABLE = "_bench_walfill"
 
 
 ProgressFn = Callable[[Dict[str, Any]], None]
@@ -79,16 +71,6 @@ def process_env() -> SqliteEnv:
         if _env is None:
             _env = SqliteEnv()
         return _env
-
-
-def _extend_span(span: Dict[str, List[int]], phase: str, t0: int, t1: int) -> None:
-    """A phase's [first start, last end, transactions], grown by one."""
-    sp = span.get(phase)
-    if sp is None:
-        span[phase] = [t0, t1, 1]
-    else:
-        sp[1] = t1
-        sp[2] += 1
 
 
 class Bench:
@@ -162,23 +144,13 @@ class Bench:
         key = (reserve, vt.name if vt else "")
         if key in self._templates:
             return self._templates[key]
-        import apsw
         s = self.s
         d = os.path.join(self.root, "templates")
         os.makedirs(d, exist_ok=True)
         path = os.path.join(d, f"template-r{reserve}{'-' + vt.name if vt else ''}.db")
-        db = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE,
-                             vfs="unix")
-        try:
+        with building(path, s.page_size, reserve) as db:
             if vt:
                 lsmvbt.load(db)
-            if reserve:
-                cell = ctypes.c_int(reserve)
-                db.file_control("main", SQLITE_FCNTL_RESERVE_BYTES, ctypes.addressof(cell))
-            db.execute(f"PRAGMA page_size={s.page_size}")
-            db.execute("PRAGMA journal_mode=DELETE")
-            db.execute("PRAGMA synchronous=OFF")
-            db.execute("BEGIN")
             value = record_value(s.record_size)
             for t in s.table_names():
                 db.execute(lsmvbt.create_sql(s, t, vt) if vt else create_table_sql(s, t))
@@ -186,28 +158,10 @@ class Bench:
                     db.executemany(f"INSERT INTO {t}(id, Value) VALUES(?, ?)",
                                    ((i, value) for i in range(1, s.prepopulate + 1)))
             if s.regime == "reused":
-                n = self._walfill_rows
-                db.execute(f"CREATE TABLE {WALFILL_TABLE}(x BLOB)")
-                db.executemany(f"INSERT INTO {WALFILL_TABLE}(x) VALUES(zeroblob(?))",
-                               ((s.page_size * 3 // 4,) for _ in range(n)))
-            db.execute("COMMIT")
-            pg = db.execute("PRAGMA page_size").fetchall()[0][0]
-            if pg != s.page_size:
-                raise BenchError(f"template: asked for page_size {s.page_size}, got {pg}")
-        finally:
-            db.close()
-        with open(path, "rb") as f:
-            header = f.read(100)
-        if header[20] != reserve:
-            raise BenchError(f"template: asked for {reserve} reserved bytes, got {header[20]}")
+                add_fill_table(db, self._walfill_rows, s.page_size)
         os.sync()
         self._templates[key] = path
         return path
-
-    def _reserve_for(self, spec: ModeSpec) -> int:
-        if spec.mode.kind == "waldio":
-            return RESERVE_FOR_EMBED if spec.layout == "embed" else 0
-        return self.s.stock_reserve
 
     # ------------------------------------------------------------------- run
 
@@ -232,7 +186,9 @@ class Bench:
         if self.calibrate and builds:
             self.progress({"event": "calibrate", "builds": builds})
             used = "native" if self.loop == "native" and s.regime != "open-close" else "python"
-            self.calibration = calibrate(self, builds, used)
+            self.calibration = calibrate(
+                Subject(s, self.plans[0], self.compiled(0), self.env, self.statements),
+                builds, used)
         openers = {m.label: Opener(m, s, self.env) for m in self.modes if m.mode.is_sql}
         results = {m.label: self._mode_doc(m, openers.get(m.label)) for m in self.modes}
         rounds = s.warmup + s.repetitions
@@ -355,7 +311,7 @@ class Bench:
         if s.regime == "reused":
             d["reused_fill_frames"] = self._walfill_rows
             d["reused_procedure"] = (
-                f"the template holds a table {WALFILL_TABLE} of {self._walfill_rows} one-page "
+                f"the template holds a table {FILL_TABLE} of {self._walfill_rows} one-page "
                 f"rows (zero blobs); before timing, one UPDATE rewrites all of it with new bytes "
                 f"(so the log holds more frames than the run writes), then PRAGMA "
                 f"wal_checkpoint(RESTART), so the run overwrites the log from its start")
@@ -435,7 +391,7 @@ class Bench:
         s = self.s
         T = s.threads
         ndb = 1 if s.shared_db else T
-        template = self._build_template(self._reserve_for(spec), spec)
+        template = self._build_template(reserve_for(spec, s.stock_reserve), spec)
         dbs = [os.path.join(d, "bench.db" if s.shared_db else f"bench-{i}.db") for i in range(ndb)]
         is_lsmvbt = spec.mode.kind == "lsmvbt"
         for p in dbs:
@@ -462,10 +418,7 @@ class Bench:
                     conns[t] = opener.open(dbs[self.plans[t].db_index])
             if s.regime == "reused":
                 for i, p in enumerate(dbs):
-                    c = conns[first_of_db[i]]
-                    # new bytes: SQLite skips writing a row whose content is unchanged
-                    c.run(f"UPDATE {WALFILL_TABLE} SET x = ?", (b"\x01" * (s.page_size * 3 // 4),))
-                    c.rows("PRAGMA wal_checkpoint(RESTART)")
+                    steady_state(conns[first_of_db[i]], s.page_size)
             if conns[0] is not None:
                 rep["settings"] = read_settings(conns[0], is_waldio)
                 rep["settings"]["read_on"] = "the run connection, before timing"
@@ -541,7 +494,7 @@ class Bench:
                 if conns[0] is not None:
                     stats = [json.loads(conns[t].rows("PRAGMA waldio_stats")[0][0])
                              for t in first_of_db]
-                    rep["waldio_stats"] = _sum_stats(stats)
+                    rep["waldio_stats"] = sum_counters(stats)
                     rep["waldio_stats_note"] = (
                         "PRAGMA waldio_stats of each database's log (summed over "
                         f"{ndb} database{'s' if ndb > 1 else ''}), reset before and read after "
@@ -553,7 +506,7 @@ class Bench:
                         + (" after every transaction (open-close regime)" if per_txn_open else ""))
             if lsm_before is not None and conns[0] is not None:
                 after = [lsmvbt.stats(conns[t], s.table_names()) for t in first_of_db]
-                rep["waldio_stats"] = _sum_stats([lsmvbt.stats_delta(a, b)
+                rep["waldio_stats"] = sum_counters([lsmvbt.stats_delta(a, b)
                                                   for a, b in zip(after, lsm_before)])
                 rep["waldio_stats_note"] = (
                     "lsmvbt_stats() of every table (the LS-MVBT engine's counters; flushes = "
@@ -666,7 +619,7 @@ class Bench:
             lat[t].extend(b - a for a, b in zip(starts, ends))
             span = spans[t]
             for (phase, _stmts), a, b in zip(self.plans[t].txns, starts, ends):
-                _extend_span(span, phase, a, b)
+                extend_span(span, phase, a, b)
             sel_rows[t] = r.rows
             think_ns[t] = r.slept_ns
 
@@ -717,54 +670,10 @@ class Bench:
 
     def _txn_loop(self, opener: Opener, t: int, conn: Any, path: str, lat: List[int],
                   span: Dict[int, List[int]], sel_rows: List[int], think_ns: List[int],
-                  errors: List[BaseException], limit: Optional[int] = None) -> None:
-        """The timed loop of one thread in Python: nothing in here but the transactions.
-
-        ``limit`` runs only the first transactions, without think time (calibration)."""
-        s = self.s
-        plan = self.plans[t].txns if limit is None else self.plans[t].txns[:limit]
-        begin_txn = {"begin": "BEGIN", "begin-immediate": "BEGIN IMMEDIATE"}.get(s.txn)
-        # VACUUM cannot run inside a transaction: it is its own
-        begin_of = [None if p == "vacuum" else begin_txn for p in s.phases]
-        think = s.think_ms / 1000.0 if limit is None else 0.0
-        pc = time.perf_counter_ns
-        append = lat.append
-        rows = 0
-        slept = 0
-        last = len(plan) - 1
-        per_txn_open = conn is None
-        for i, (phase, stmts) in enumerate(plan):
-            begin = begin_of[phase]
-            t0 = pc()
-            c = opener.open(path) if per_txn_open else conn
-            try:
-                if begin:
-                    c.run(begin)
-                for sql, params, is_select in stmts:
-                    if is_select:
-                        rows += len(c.rows(sql, params))
-                    else:
-                        c.run(sql, params)
-                if begin:
-                    c.run("COMMIT")
-            except BaseException:
-                if begin:
-                    with contextlib.suppress(Exception):
-                        c.run("ROLLBACK")
-                if per_txn_open:
-                    c.close()
-                raise
-            if per_txn_open:
-                c.close()
-            t1 = pc()
-            append(t1 - t0)
-            _extend_span(span, phase, t0, t1)
-            if think and i != last:
-                ts = pc()
-                time.sleep(think)
-                slept += pc() - ts
-        sel_rows[t] = rows
-        think_ns[t] = slept
+                  errors: List[BaseException]) -> None:
+        """Thread t's plan in the Python loop (:mod:`.pyloop`)."""
+        sel_rows[t], think_ns[t] = python_loop(self.s, self.plans[t].txns, opener, conn, path,
+                                               lat, span, self.s.think_ms / 1000.0)
 
     def _phases(self, spans: List[Dict[int, List[int]]]) -> List[Dict[str, Any]]:
         out = []
@@ -793,14 +702,10 @@ class Bench:
         return doc
 
     def _io_doc(self, s0: Snapshot, s1: Snapshot, s2: Snapshot) -> Dict[str, Any]:
-        devs = []
-        for i, dv in enumerate(self.devices):
-            devs.append({"name": dv.name, "role": dv.role, "kind": dv.kind,
-                         "timed": device_delta(s0.dev[i], s1.dev[i]),
-                         "total": device_delta(s0.dev[i], s2.dev[i])})
-        return {"devices": devs,
+        return {"devices": device_windows(self.devices, s0, s1, s2),
                 "process": {"timed": proc_delta(s0.proc, s1.proc),
-                            "total": proc_delta(s0.proc, s2.proc)}}
+                            "total": proc_delta(s0.proc, s2.proc)},
+                "machine_busy": cpu_busy_share(s0.cpu, s1.cpu)}
 
     def _check_sql(self, spec: ModeSpec, opener: Opener, dbs: List[str], rep: Dict[str, Any],
                    changes: Optional[int], sel_rows: int, mode_doc: Dict[str, Any],
@@ -939,7 +844,7 @@ class Bench:
                         os.close(f)
                     b = pc()
                     append(b - a)
-                    _extend_span(span, phase, a, b)
+                    extend_span(span, phase, a, b)
                     if think and k != last:
                         time.sleep(think)
 
@@ -1083,6 +988,8 @@ class Bench:
                 "log_bytes_written": per_txn(log_bytes),
             },
             "waldio_stats_per_txn": _stats_per_txn(reps),
+            "machine_busy": summarize([r["io"]["machine_busy"] for r in reps
+                                       if (r.get("io") or {}).get("machine_busy") is not None]),
             "reader": _reader_summary(reps),
             "phases": phases,
             "ok": all(r["ok"] for r in mode["repetitions"]) and bool(mode["repetitions"]),
@@ -1158,15 +1065,6 @@ def _file_size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return 0
-
-
-def _sum_stats(stats: List[Dict[str, Any]]) -> Dict[str, Any]:
-    out: Dict[str, Any] = {}
-    for st in stats:
-        for k, v in st.items():
-            if isinstance(v, (int, float)) and not isinstance(v, bool):
-                out[k] = out.get(k, 0) + v
-    return out
 
 
 def _zero_fill(fd: int, nbytes: int) -> None:

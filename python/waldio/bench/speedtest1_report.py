@@ -4,29 +4,12 @@
 """
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .report import Printer
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "speedtest1.schema.json"
+from .printer import Printer
 
 STAT_KEYS = ("log_writes", "buffered_writes", "frames_written", "bytes_written", "flushes",
              "disk_reads", "cache_misses", "prealloc_extends")
-
-
-def validate(doc: Dict[str, Any]) -> List[str]:
-    """Schema violations of ``doc`` (empty when valid or jsonschema is missing)."""
-    try:
-        import jsonschema
-    except ImportError:
-        return []
-    with open(SCHEMA_PATH, encoding="utf-8") as f:
-        schema = json.load(f)
-    validator = jsonschema.Draft202012Validator(schema)
-    return [f"{'/'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
-            for e in sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))][:20]
 
 
 def _ms(s: Optional[Dict[str, Any]]) -> str:

@@ -58,6 +58,18 @@ class _SysConn:
         self.raw.close()
 
 
+def child_env() -> Dict[str, str]:
+    """The environment of a Python child of the bench (a reader, a worker process): it
+    imports this copy of the package and loads the same waldio.so as this process."""
+    import waldio
+    env = dict(os.environ)
+    env["WALDIO_EXTENSION"] = str(waldio.extension_path())
+    pkg_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = pkg_root + (os.pathsep + env["PYTHONPATH"]
+                                    if env.get("PYTHONPATH") else "")
+    return env
+
+
 class SqliteEnv:
     """Loads libwaldio into the SQLite builds a run needs (a private copy for the system one)."""
 

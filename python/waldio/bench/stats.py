@@ -56,3 +56,13 @@ def pair_ratios(reps: Sequence[Dict[str, Any]], base_reps: Sequence[Dict[str, An
             "median": s["median"] if s else None,
             "min": s["min"] if s else None,
             "max": s["max"] if s else None}
+
+
+def sum_counters(counters: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """Key by key sums of the numeric values (e.g. PRAGMA waldio_stats of several logs)."""
+    out: Dict[str, Any] = {}
+    for st in counters:
+        for k, v in st.items():
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                out[k] = out.get(k, 0) + v
+    return out

@@ -30,6 +30,21 @@ class Target:
     info: Dict[str, Any]
     note: str
 
+    @property
+    def brief(self) -> str:
+        """One short line: what the file system is and whether it journals."""
+        return brief_target(self.info)
+
+
+def brief_target(info: Dict[str, Any]) -> str:
+    j = {"yes": "journaled", "no": "NOT journaled"}.get(str(info.get("journals")),
+                                                         "journaling unknown")
+    if info.get("kind") == "loop":
+        loop = info.get("loop") or {}
+        return (f"a fresh {info.get('fs_kind')} on {loop.get('device')} ({j}, mounted "
+                f"{loop.get('mount_options')}), made for this run and removed afterwards")
+    return f"{info.get('directory')} ({info.get('fs_kind')}, {j}), removed afterwards"
+
 
 def _odirect_ok(directory: str) -> Tuple[bool, str]:
     probe = os.path.join(directory, f".waldio-odirect-{os.getpid()}")
@@ -91,7 +106,8 @@ def open_target(fs_kind: Optional[str], directory: Optional[str], size_mib: Opti
                 os.mkdir(base)
                 fs, desc = describe_fs(base)
                 info = {"kind": "loop", "fs_kind": kind, "loop": lfs.describe(),
-                        "directory": base, "odirect": "yes"}
+                        "directory": base, "odirect": "yes",
+                        "journals": fs.get("journals", UNKNOWN)}
                 note = (f"target: a fresh {kind} file system on {lfs.device} "
                         f"({lfs.size_mib} MiB sparse image {lfs.image_path}), mounted "
                         f"{lfs.mount_options}, created for this run and removed afterwards; "
@@ -123,7 +139,7 @@ def open_target(fs_kind: Optional[str], directory: Optional[str], size_mib: Opti
                                  f"I/O to a block device: choose another --dir, e.g. /var/tmp")
         info = {"kind": "dir", "fs_kind": fs.get("fstype", UNKNOWN), "directory": base,
                 "requested_dir": directory, "odirect": "yes" if ok else f"no ({why})",
-                "loop_unavailable_reason": reason}
+                "loop_unavailable_reason": reason, "journals": fs.get("journals", UNKNOWN)}
         yield Target(base, "dir", info, note)
     finally:
         shutil.rmtree(base, ignore_errors=True)

@@ -38,7 +38,7 @@ contracts), :mod:`.workload` (transactions and reference digests),
 child process), :mod:`.procs` (the processes of the multi-process workloads), :mod:`.events` (the event log), :mod:`.states` (crash states),
 :mod:`.oracle` (checking a state), :mod:`.campaign` (record, check, replay),
 :mod:`.lsmvbt` (the LS-MVBT modes' schema: one lsmvbt table under three views),
-:mod:`.kills`, :mod:`.corruption`, :mod:`.faults`, :mod:`.fuzz`;
+:mod:`.kills` (one writer), :mod:`.proc_kills` (one of several), :mod:`.corruption`, :mod:`.faults`, :mod:`.fuzz`;
 :mod:`.cli` is ``waldio crash``, ``__main__`` the child processes' entry.
 """
 from __future__ import annotations
@@ -71,6 +71,7 @@ from .events import (
 from .faults import FAULT_CASES, fault_skip, run_fault
 from .fuzz import run_fuzz
 from .kills import run_kills
+from .proc_kills import run_proc_kills
 from .modes import (
     ALL_MODES,
     DEFAULT_MODES,
@@ -100,7 +101,7 @@ __all__ = [
     "DEV", "FUA", "HDR", "PAGE", "REC_DIRSYNC", "REC_FORK", "REC_MAGIC", "REC_MARK", "REC_OPEN",
     "REC_SYNC_BEGIN", "REC_SYNC_END", "REC_WRITE", "W", "Event", "Mark", "StateKey",
     "commit_order", "parse_events", "parse_mark",
-    "FAULT_CASES", "fault_skip", "run_fault", "run_fuzz", "run_kills", "DEFAULT_MODES", "LAYOUTS",
+    "FAULT_CASES", "fault_skip", "run_fault", "run_fuzz", "run_kills", "run_proc_kills", "DEFAULT_MODES", "LAYOUTS",
     "ALL_MODES", "LSMVBT_MODES",
     "MODELS", "MODES", "Mode", "get_mode", "mode_runs_workload", "Outcome", "check_files", "verdict", "RecordingError",
     "record", "Image", "Recording", "MULTI_WORKLOADS", "SINGLE_WORKLOADS", "WORKLOADS", "digest",

@@ -14,6 +14,7 @@ from typing import List
 from .corruption import role_corrupt
 from .faults import role_fault
 from .kills import role_writer
+from .proc_kills import role_proc_writer
 from .procs import role_proc
 from .recorder import role_record
 
@@ -26,6 +27,8 @@ def main(argv: List[str]) -> None:
         role_proc(args)
     elif role == "_writer":
         role_writer(args)
+    elif role == "_proc_writer":
+        role_proc_writer(args)
     elif role == "_corrupt":
         role_corrupt(args)
     elif role == "_fault":

@@ -54,11 +54,12 @@ mode's contract makes durable at that crash point:
     before the last flush
   (*-normal: synchronous=NORMAL; *-exclusive: also locking_mode=EXCLUSIVE, a
   heap-memory wal-index; the mixed and bank workloads only, without readers)
-  waldio-group-durable: every acknowledged transaction
+  waldio-group-durable, waldio-group-strict: every acknowledged transaction
   waldio-group-async: every transaction whose commit frame had reached the
-    log (kill, os) or durable media (power) at the crash; commits return
-    before that, and the time from acknowledgement to durable commit frame
-    (the group_ms bound) is measured and printed
+    log (kill), the device (os: a direct write, or a page-cache write synced)
+    or durable media (power) at the crash; commits return before that, and
+    the time from acknowledgement to durable commit frame (the group_ms
+    bound) is measured and printed
 A "flush" is a completed fdatasync of the log, by any process (a sync of the
 database file does not write the log's page cache back).
 
@@ -80,9 +81,11 @@ the order of the system calls). Each transaction learns its place g in the
 commit order inside the transaction and marks "commit" before COMMIT and
 "ack" after it with its writer, its number and g; a state must hold the
 first k transactions of that order, k covering the largest g the contract
-requires: every required transaction of every writer. Group modes need the
-database to themselves: they run the single-process workloads only (and
-group durable also fork, leaving group mode while a child lives).
+requires: every required transaction of every writer. Every mode runs every
+workload, group modes included (they share flushes between processes).
+With two-procs, --kills also kills one of four committing processes (often a
+flush leader, or a committer waiting for a flush) at random moments: the
+others must finish, and every writer keep its acknowledged prefix.
 
 Failures print a reproducer id; --replay ID rebuilds exactly that state from
 the saved recording and re-checks it, with a row diff (a multi-process
@@ -99,7 +102,8 @@ def register(subparsers: Any) -> None:
                    help="mode to test, repeatable: %s, lsmvbt (the LS-MVBT modes), or all "
                         "(default: all); a waldio mode may name a log layout: "
                         "waldio-full+pad4k. Test-only: delete-off (rollback journal, "
-                        "synchronous=OFF: must fail)" % ", ".join(crash.ALL_MODES))
+                        "synchronous=OFF: must fail), wal-off (stock WAL, synchronous=OFF, "
+                        "held to FULL's contract: must lose)" % ", ".join(crash.ALL_MODES))
     p.add_argument("--layout", choices=crash.LAYOUTS,
                    help="run the waldio modes with this log layout (mode names get "
                         "+LAYOUT, e.g. waldio-full+pad4k); stock modes are skipped")
@@ -118,7 +122,7 @@ def register(subparsers: Any) -> None:
                    help="checker processes (default: number of CPUs)")
     p.add_argument("--kills", type=int, default=10,
                    help="real SIGKILL rounds per mode, with the single-process workloads "
-                        "(default 10; 0 to skip)")
+                        "and two-procs (default 10; 0 to skip)")
     p.add_argument("--corruptions", type=int, default=0,
                    help="log-corruption cases per layout (embed, pad4k) (default 0)")
     p.add_argument("--faults", type=int, default=0,
@@ -215,6 +219,14 @@ def main(args: argparse.Namespace) -> int:
                 for f in k["failures"][:5]:
                     print("SIGKILL FAILURE %s round %d (acked %d): %s; files kept in %s"
                           % (m, f["round"], f["acked"], f["reason"], f["dir"]))
+            if args.kills and wl == "two-procs":
+                log("%s: %d kills of one of 4 committing processes ..." % (m, args.kills))
+                k = crash.run_proc_kills(m, args.kills, args.seed)
+                report["kills"].append(k)
+                failed |= bool(k["failures"]) and not crash.get_mode(m).testonly
+                for f in k["failures"][:5]:
+                    print("SIGKILL FAILURE %s (4 processes) round %d, writer %d killed: %s;"
+                          " files kept in %s" % (m, f["round"], f["victim"], f["reason"], f["dir"]))
     if args.corruptions:
         log("log corruption: %d cases per layout ..." % args.corruptions)
         c = crash.run_corruptions(args.corruptions, args.seed)
@@ -305,6 +317,9 @@ def format_table(report: Dict[str, Any]) -> str:
         k = kills.get((c["mode"], wl))
         if k:
             lines.append("%-26s %-10s %-8s %8d %8d" % ("", "", "SIGKILL", k["rounds"], k["passed"]))
+        k = kills.get((c["mode"], "procs")) if wl == "two-procs" else None
+        if k:
+            lines.append("%-26s %-10s %-8s %8d %8d" % ("", "", "kill 1/4", k["rounds"], k["passed"]))
         cd = c.get("commit_delay_ms")
         if cd:
             extra = ""

@@ -23,6 +23,20 @@ def recorder_path() -> Path:
     return library.find(library.RECORDER)
 
 
+def load_recorder() -> None:
+    """Register the recorder VFS in apsw's SQLite (below waldio: load it first)."""
+    apsw = apsw_module()
+    c = apsw.Connection(":memory:")
+    c.enable_load_extension(True)
+    c.load_extension(str(recorder_path()), "sqlite3_recorder_init")
+    c.close()
+
+
+def control_connection() -> Any:
+    """An in-memory connection to call the recorder's SQL functions on."""
+    return apsw_module().Connection(":memory:")
+
+
 def fuzz_binary_path() -> Optional[Path]:
     """The libFuzzer target (build/crash/fuzz_recovery; $WALDIO_FUZZ_BINARY)."""
     env = os.environ.get("WALDIO_FUZZ_BINARY")

@@ -30,8 +30,9 @@ class Mode:
     #            process) began
     #   "walsync" those acknowledged before the last completed sync of the WAL
     #            began (stock SQLite; the same rule for its WAL file)
-    #   "committed" those whose commit frame had reached the log (kill, os)
-    #            or durable media (power) at the crash: group async, whose
+    #   "committed" those whose commit frame had reached the log (kill), the
+    #            device (os: a direct write, or a written-back page-cache
+    #            write) or durable media (power) at the crash: group async, whose
     #            commits return before their frames are written. Its time
     #            bound (group_ms) is measured from the recording and reported
     #   "none"   nothing (a mode without guarantees; used to show the
@@ -95,6 +96,10 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
          power_contract="flush", exclusive=True, autocheckpoint=1000),
     Mode("waldio-group-durable", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "durable"))),
+    # Durable group commit whose readers wait for what they see to be
+    # durable: the same contract for the writers.
+    Mode("waldio-group-strict", True, "FULL",
+         uri=(("prealloc", LOG_PREALLOC), ("group", "strict"))),
     Mode("waldio-from-stock", True, "FULL", uri=(("prealloc", LOG_PREALLOC),), from_stock=True),
     Mode("waldio-group-async", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "async"), ("group_ms", "2")),
@@ -104,6 +109,10 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
     # and losses when they happen (tests/py/test_crash.py).
     Mode("delete-off", False, "OFF", journal="DELETE", testonly=True,
          os_contract="none", power_contract="none"),
+    # Stock WAL with synchronous=OFF held to FULL's contract: the control of
+    # the campaigns of several processes, which must find it losing
+    # acknowledged transactions (a test-only mode: its failures are expected).
+    Mode("wal-off", False, "OFF", testonly=True),
 ]}
 
 
@@ -165,15 +174,9 @@ CONVERT_MODE = Mode("waldio-convert", True, "FULL", uri=(("prealloc", LOG_PREALL
 MODELS = ("kill", "os", "power")
 
 
-# Group commit needs the database to itself (docs/usage.md): a second process
-# cannot open it while one is in group mode. So the modes that run in group
-# mode take no part in the workloads of several processes, but for fork,
-# where the parent leaves group mode while its child lives.
-_MULTI_EXCLUDED = {
-    "two-procs": ("waldio-group-async", "waldio-group-durable"),
-    "ckpt-proc": ("waldio-group-async", "waldio-group-durable"),
-    "fork": ("waldio-group-async",),
-}
+# Every mode runs every workload of several processes: group commit joins
+# other processes (issue 18), and its solo mode hands over to an opener.
+_MULTI_EXCLUDED: dict = {}
 
 
 def mode_runs_workload(mode: str, workload: str) -> bool:

@@ -42,7 +42,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import waldio
 
-from .database import Runner, configure, create_base, create_stock_base, open_db
+from .database import (Runner, configure, control_connection, create_base, create_stock_base,
+                       load_recorder, open_db)
 from .events import mark_name
 from .modes import Mode, get_mode
 from .workload import ACCOUNTS, Step, apsw_module, process_steps
@@ -188,7 +189,6 @@ def run_processes(mode: Mode, workload: str, seed: int, txns: int, db: Path, eve
 def role_proc(args: Dict[str, Any]) -> None:
     """One process of a two-procs or ckpt-proc run: recorder and waldio
     loaded here, appending to the run's event log."""
-    from .recorder import control_connection, load_recorder
     mode = get_mode(args["mode"])
     load_recorder()
     vfs = "recorder"
@@ -300,7 +300,6 @@ def run_fork(mode: Mode, db: Path, seed: int, txns: int, vfs: str,
     connection and commits; the parent leaves the burst, runs a TRUNCATE
     checkpoint and commits with the mode's promise before and after the
     child exits."""
-    from .recorder import control_connection
     steps = process_steps("fork", seed, txns)
     mine = skip_txns(steps[0], skip.get(0, 0))
     theirs = list(steps[1])
@@ -383,7 +382,6 @@ def _child(kind: str, mode: Mode, db: Path, vfs: str, steps: List[Step], release
     code = 0
     try:
         if kind == "write":
-            from .recorder import control_connection
             ctl = control_connection()           # its own; the parent's is not used here
             # Group commit needs the database to itself: the child, a second
             # process, commits in the mode's base setting.

@@ -18,7 +18,7 @@ from typing import Any, Dict, Optional
 
 import waldio
 
-from .database import Runner, make_base, recorder_path
+from .database import Runner, control_connection, load_recorder, make_base
 from .events import commit_order, mark_name, parse_events
 from .modes import get_mode
 from .workload import (
@@ -38,14 +38,6 @@ def child_env(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     return env
 
 
-def load_recorder() -> None:
-    apsw = apsw_module()
-    c = apsw.Connection(":memory:")
-    c.enable_load_extension(True)
-    c.load_extension(str(recorder_path()), "sqlite3_recorder_init")
-    c.close()
-
-
 def hook_lsmvbt() -> None:
     """Load lsmvbt.so (after the recorder: its VFS copies the recorder) and hook its
     system calls, so that the engine's writes, syncs and renames are recorded."""
@@ -56,10 +48,6 @@ def hook_lsmvbt() -> None:
     c.close()
     if hooked < 8:
         raise SystemExit("recorder_hook_waldio('lsmvbt') hooked only %s system calls" % hooked)
-
-
-def control_connection() -> Any:
-    return apsw_module().Connection(":memory:")
 
 
 class RecordingError(RuntimeError):

@@ -331,15 +331,20 @@ class Recording:
         self.commit_frames_ok = len(self.commit_items) == self.n_acked
         self.commit_written = [it.idx for it in self.commit_items]
         self.commit_durable = sorted(it.durable_at for it in self.commit_items)
+        # An OS crash keeps the device cache: a direct write survives it when
+        # written, a page-cache write (a shared group commit, docs/
+        # durability.md) once a sync of the log wrote it back.
+        self.commit_os_safe = sorted(it.durable_at if it.cls == PAGE else it.idx
+                                     for it in self.commit_items)
 
-    def _committed(self, t: int, durable: bool) -> int:
-        """Transactions whose commit frame was written (durable: and durable)
-        by crash point t."""
+    def _committed(self, t: int, model: str) -> int:
+        """Transactions whose commit frame was written (kill), would survive
+        an OS crash (os) or was durable (power) by crash point t."""
         if not self.commit_frames_ok:
             return 0
-        if durable:
-            return bisect.bisect_right(self.commit_durable, t)
-        return bisect.bisect_right(self.commit_written, t)
+        times = {"kill": self.commit_written, "os": self.commit_os_safe,
+                 "power": self.commit_durable}[model]
+        return bisect.bisect_right(times, t)
 
     def commit_delays_ms(self) -> List[float]:
         """ms from each acknowledgement to its commit frame being durable
@@ -385,7 +390,7 @@ class Recording:
         contract = {"kill": self.mode.kill_contract, "os": self.mode.os_contract,
                     "power": self.mode.power_contract}[key.model]
         if contract == "committed":
-            return self._committed(t, durable=key.model == "power")
+            return self._committed(t, key.model)
         if contract == "all" or contract == "none":
             return self.A[t]
         if contract == "flush":

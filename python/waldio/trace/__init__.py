@@ -19,7 +19,7 @@ What it does (docs/trace.md is the user-facing description):
 3. **Brackets**: the start and end of every SQLite transaction on
    ``CLOCK_MONOTONIC``, the clock the capture uses (``trace_clock=mono``;
    checked on every capture with a marker), and the windows of a run.
-4. **Analysis** (:meth:`TraceSession.analyze`): every request is classified
+4. **Analysis** (:func:`analyze_session`): every request is classified
    by device and sector range with :func:`waldio.trace.block.classify` (never
    by process name), and assigned to the transaction whose bracket holds its
    issue time and to the sync call in progress at that time.  Output: bytes,
@@ -66,7 +66,7 @@ journal commits), :mod:`.capture` (one traced repetition), :mod:`.analysis`,
 """
 from __future__ import annotations
 
-from .analysis import analyze
+from .analysis import analyze, analyze_session
 from .capture import Capture, FileWatcher, TraceSession
 from .fsevents import FsEvent, SyncCall, parse_fs_line, sync_calls
 from .model import (
@@ -83,6 +83,7 @@ from .workload import LoopFs, TracedBench, TraceOptions
 
 __all__ = [
     "BACKGROUND", "FsEvent", "COLUMNS", "DEFINITIONS", "JOJ_SYNC_CLASSES", "Capture", "FileWatcher", "LoopFs", "SyncCall",
-    "TraceError", "TraceOptions", "TraceSession", "TracedBench", "analyze", "finish_document",
+    "TraceError", "TraceOptions", "TraceSession", "TracedBench", "analyze", "analyze_session",
+    "finish_document",
     "mode_summary", "parse_fs_line", "sqlite_files", "sync_calls", "unavailable_reason",
 ]

@@ -1,6 +1,7 @@
 """Analysis of a traced repetition: every written byte to a class, a window, a transaction.
 
-:func:`analyze` classifies each request by device and sector range (never by
+:func:`analyze` (and :func:`analyze_session`, which takes the file layout from the
+session itself) classifies each request by device and sector range (never by
 process name), assigns it to the transaction whose bracket holds its issue
 time and to the sync call in progress then, and reports bytes, requests,
 flushes and FUA writes per class, per window and per transaction, the JOJ
@@ -76,6 +77,18 @@ def _request_class(req: bt.BlockRequest, layout: bt.Layout, in_sync: bool, btrfs
     if btrfs and in_sync and cls == bt.FS_METADATA and req.is_write:
         return bt.FS_JOURNAL
     return cls
+
+
+def analyze_session(session: TraceSession, *, timeline: bool = True, steady_after: int = 0,
+                    per_txn: bool = True, device_stat: Optional[Dict[str, int]] = None,
+                    expected_transactions: Optional[int] = None) -> Dict[str, Any]:
+    """Classify a finished session's capture against its own file layout; see
+    :func:`analyze` for the result."""
+    fsid = session.btrfs_fsid()
+    calls = classified_sync_calls(session, fsid)
+    return analyze(session, session.layout(calls, fsid), btrfs_fsid=fsid, timeline=timeline,
+                   steady_after=steady_after, per_txn=per_txn, device_stat=device_stat,
+                   expected_transactions=expected_transactions)
 
 
 def analyze(session: TraceSession, layout: bt.Layout, *, btrfs_fsid: str = "",

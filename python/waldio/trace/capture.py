@@ -278,17 +278,6 @@ class TraceSession:
                  for cls, paths in self.watcher.files.items()}
         return bt.describe_layout(self.fs, files, snaps)
 
-    def analyze(self, *, timeline: bool = True, steady_after: int = 0,
-                per_txn: bool = True, device_stat: Optional[Dict[str, int]] = None,
-                expected_transactions: Optional[int] = None) -> Dict[str, Any]:
-        """Classify the capture; see :func:`analyze` for the result."""
-        fsid = self.btrfs_fsid()
-        calls = classified_sync_calls(self, fsid)
-        from .analysis import analyze  # analysis reads sessions: imported on use
-        return analyze(self, self.layout(calls, fsid), btrfs_fsid=fsid, timeline=timeline,
-                       steady_after=steady_after, per_txn=per_txn, device_stat=device_stat,
-                       expected_transactions=expected_transactions)
-
 
 def classified_sync_calls(session: "TraceSession", btrfs_fsid: str = "") -> List[SyncCall]:
     """The session's sync calls, each with the class of the file it synced."""

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from waldio import bench as B
 
+from .analysis import analyze_session
 from .capture import TraceSession, Windows
 from .model import JOURNAL, TraceError, mono
 
@@ -208,7 +209,7 @@ class TracedBench(B.Bench):
                                   end=rec.check_open)
         dev = (rep.get("io") or {}).get("devices") or []
         stat = dev[0]["total"] if dev else None
-        doc = session.analyze(timeline=self.options.timeline,
+        doc = analyze_session(session, timeline=self.options.timeline,
                               steady_after=self.options.steady_after,
                               per_txn=self.s.threads == 1, device_stat=stat,
                               expected_transactions=rep.get("transactions"))

@@ -1,0 +1,123 @@
+"""Where ``waldio bench`` output goes: rich tables on a terminal, plain text elsewhere,
+and the progress of a run.
+
+:class:`Printer` prints lines and tables (rich on a terminal, aligned plain text
+otherwise, e.g. into a file or a pipe); :func:`progress_reporter` is the progress
+callback of a run (a rich bar on a terminal, else one line per finished
+repetition).  Every report module prints through these; nothing here knows what a
+result document holds.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import textwrap
+from typing import Any, Callable, Dict, Iterator, List, Optional, TextIO
+
+WIDTH = 118          # the default output fits a 120-column terminal (issue 20)
+
+
+class Printer:
+    """rich tables on a terminal, plain aligned text otherwise."""
+
+    def __init__(self, plain: bool, stream: Optional[TextIO] = None) -> None:
+        self.stream = stream if stream is not None else sys.stdout
+        self.console = None
+        if not plain:
+            try:
+                from rich.console import Console
+                self.console = Console(file=stream, highlight=False, soft_wrap=True)
+            except ImportError:
+                self.console = None
+
+    def line(self, text: str = "") -> None:
+        if self.console is not None:
+            self.console.print(text, markup=False)
+        else:
+            print(text, file=self.stream)
+        self.stream.flush()
+
+    def wrapped(self, text: str, width: int = WIDTH, indent: str = "  ") -> None:
+        """A paragraph wrapped to ``width`` columns, continuation lines indented."""
+        for line in textwrap.wrap(text, width=width, subsequent_indent=indent,
+                                  break_on_hyphens=False) or [""]:
+            self.line(line)
+
+    def table(self, title: str, columns: List[str], rows: List[List[str]],
+              align: Optional[List[str]] = None) -> None:
+        align = align or ["l"] + ["r"] * (len(columns) - 1)
+        if self.console is not None:
+            from rich import box
+            from rich.table import Table
+            t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
+                      show_edge=False, pad_edge=False)
+            for c, a in zip(columns, align):
+                t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
+            for r in rows:
+                t.add_row(*r)
+            self.console.print(t)
+            self.console.print()
+            return
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
+
+        def fmt(cells: List[str]) -> str:
+            return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
+                             for c, w, a in zip(cells, widths, align)).rstrip()
+        for line in textwrap.wrap(title, width=WIDTH, subsequent_indent="  ",
+                                  break_on_hyphens=False):
+            print(line, file=self.stream)
+        print(fmt(columns), file=self.stream)
+        print("  ".join("-" * w for w in widths), file=self.stream)
+        for r in rows:
+            print(fmt(r), file=self.stream)
+        print(file=self.stream)
+        self.stream.flush()
+
+
+@contextlib.contextmanager
+def progress_reporter(printer: Printer, enabled: bool, total: int
+                      ) -> Iterator[Callable[[Dict[str, Any]], None]]:
+    """A progress callback for Bench: a rich bar on a terminal, else one line per run.
+
+    The bar is refreshed only between repetitions (auto_refresh off), so no
+    drawing thread competes with a timed region.
+    """
+    if not enabled:
+        yield lambda ev: None
+        return
+    if printer.console is not None:
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+        prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=printer.console, auto_refresh=False,
+                        transient=True)
+        task = prog.add_task("starting", total=total)
+
+        def cb(ev: Dict[str, Any]) -> None:
+            if ev["event"] not in ("start", "done"):
+                return
+            what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
+            if ev["event"] == "start":
+                prog.update(task, description=f"{ev['mode']:<22} {what}")
+            else:
+                prog.update(task, advance=1)
+            prog.refresh()
+        with prog:
+            yield cb
+        return
+
+    def line(ev: Dict[str, Any]) -> None:
+        if ev["event"] != "done":
+            return
+        what = "warm-up" if ev["warmup"] else f"round {ev['round']}"
+        res = ev.get("result") or (f"{ev['ops_per_s']:,.0f} ops/s" if ev.get("ops_per_s")
+                                   else "no result")
+        state = "ok" if ev["ok"] else f"FAILED {ev.get('error') or 'checks'}"
+        print(f"[{ev['step']}/{ev['total']}] {ev['mode']} {what}: {res} ({state})",
+              file=printer.stream, flush=True)
+    yield line

@@ -1,0 +1,269 @@
+/*
+** flush_region.c — the cross-process flush protocol (flush_region.h, F1-F5)
+** and the waits for SQLite's WAL write lock that keep group flushes full.
+**
+** Waiting. The holder of ticket t sleeps on the futex word aWake[t % SLOTS]
+** and is woken only by the flush that makes t durable, or to lead the next
+** flush when t is the first ticket still waiting: a flush wakes the
+** waiters it served, not every waiter (each needless wake-up is two context
+** switches; on two cores they cost more than the flush saves). A follower
+** reads its word, re-checks durable, and sleeps only while the word still
+** holds what it read: a leader that finished in between changed it, and
+** FUTEX_WAIT then returns at once. The futex is not FUTEX_PRIVATE: the word
+** is in a MAP_SHARED file mapping, so the kernel keys it by file and offset
+** and wakes a waiter in any process. The sleep is bounded (WAIT_SLICE_MS):
+** a leader killed between its flush and its wake-up leaves nobody asleep.
+**
+** Leading, inside one process: a thread leads only while it holds the
+** log's leaderMutex (tried, never waited for, so threads of this process
+** follow a leader of this process as other processes do). fork() takes
+** every leaderMutex first (log_open.c): a flush in progress finishes, and
+** its OFD lock is released, before the child gets its copy of the lock.
+*/
+#include "flush_region.h"
+#include "errors.h"
+#include "log_lock.h"
+#include "sqlite_api.h"
+#include "wal_log.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#define WAIT_SLICE_MS 2
+#define STUCK_MS      200
+
+static u64 load64(volatile u64 *p){ return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+static u32 load32(volatile u32 *p){ return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
+
+static i64 now_us(void){
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (i64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int flush_region_attach(volatile flush_region *r, const char *zPath){
+  u32 zero = 0;
+  /* A ticket for what the log already holds: a process that died may have
+  ** left frames in the page cache (a NORMAL commit, a group commit not yet
+  ** flushed), and a fresh region would call them durable (F5). The first
+  ** wait or checkpoint sync then flushes them; taken before the claim, so
+  ** nobody sees a claimed region without it. */
+  __atomic_add_fetch(&r->written, 1, __ATOMIC_SEQ_CST);
+  if( __atomic_compare_exchange_n(&r->magic, &zero, FLUSH_REGION_MAGIC, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+   || zero==FLUSH_REGION_MAGIC ){
+    return SQLITE_OK;
+  }
+  return waldio_error(SQLITE_PROTOCOL, "%s: the start of its wal-index is not"
+      " waldio's flush region (found 0x%08x): a process with an older"
+      " libwaldio has the database open; every process must use the same"
+      " libwaldio", zPath, (unsigned)zero);
+}
+
+u64 flush_region_ticket(volatile flush_region *r){
+  return __atomic_add_fetch(&r->written, 1, __ATOMIC_SEQ_CST);
+}
+
+u64 flush_region_written(volatile flush_region *r){ return load64(&r->written); }
+
+
+/* Raise durable to at least upto (never lower it: flushes finish in any
+** order). Returns the value it had. */
+static u64 raise_durable(volatile flush_region *r, u64 upto){
+  u64 cur = load64(&r->durable);
+  while( cur<upto && !__atomic_compare_exchange_n(&r->durable, &cur, upto, 0,
+                                                  __ATOMIC_SEQ_CST,
+                                                  __ATOMIC_SEQ_CST) ){}
+  return cur;
+}
+
+static volatile u32 *wake_word(volatile flush_region *r, u64 ticket){
+  return &r->aWake[ticket % FLUSH_WAKE_SLOTS];
+}
+
+static void wake_slot(volatile flush_region *r, u64 ticket){
+  volatile u32 *w = wake_word(r, ticket);
+  __atomic_add_fetch(w, 1, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, (u32*)w, FUTEX_WAKE, INT_MAX, 0, 0, 0);
+}
+
+/* Wake the holders of tickets (from, upto], now durable (a slot is shared
+** only by tickets FLUSH_WAKE_SLOTS apart: a waiter woken early sleeps
+** again), and the holder of the next ticket, if it was handed out: it
+** leads the next flush. */
+static void wake_durable(volatile flush_region *r, u64 from, u64 upto){
+  u64 t, last = upto - from>FLUSH_WAKE_SLOTS ? from + FLUSH_WAKE_SLOTS : upto;
+  for(t=from+1; t<=last; t++) wake_slot(r, t);
+  if( load64(&r->written)>upto ) wake_slot(r, upto + 1);
+}
+
+static void wake_all(volatile flush_region *r){
+  u64 t;
+  for(t=0; t<FLUSH_WAKE_SLOTS; t++) wake_slot(r, t);
+}
+
+void flush_region_covered(volatile flush_region *r, u64 upto){
+  u64 was = raise_durable(r, upto);
+  if( was<upto ) wake_durable(r, was, upto);
+}
+
+void flush_region_self_durable(volatile flush_region *r, u64 ticket){
+  u64 before = ticket - 1;
+  if( __atomic_compare_exchange_n(&r->durable, &before, ticket, 0,
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ){
+    wake_slot(r, ticket);
+  }
+}
+
+static int poisoned(waldio_log *pLog){
+  return waldio_error(SQLITE_IOERR_FSYNC, "%s: a flush of the log failed in"
+      " one of the processes sharing it; this commit is visible but may not be"
+      " durable, and no later commit is acknowledged until every process has"
+      " closed the database", pLog->zPath);
+}
+
+void flush_region_writing(volatile flush_region *r, int on){
+  __atomic_store_n(&r->writing, (u32)on, __ATOMIC_SEQ_CST);
+}
+
+/* Before it reads `written`, a leader lets the commits under way join its
+** flush: while a connection holds SQLite's WAL write lock or waits for it,
+** a ticket is a few microseconds away, and each commit left out waits for
+** a whole flush more. At most half a flush (the moving average): without
+** it, the flushes alternate between two halves of the committers. */
+static void gather(volatile flush_region *r){
+  i64 end = now_us() + load32(&r->flushUs) / 2, left;
+  for(;;){
+    u32 seen = load32(&r->unlocks);
+    if( !load32(&r->writing) && !load32(&r->lockWaiters) ) return;
+    left = end - now_us();
+    if( left<=0 ) return;
+    {
+      struct timespec ts = { 0, left * 1000L };
+      __atomic_add_fetch(&r->gathering, 1, __ATOMIC_SEQ_CST);
+      if( load32(&r->unlocks)==seen ){
+        syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+      }
+      __atomic_sub_fetch(&r->gathering, 1, __ATOMIC_SEQ_CST);
+    }
+  }
+}
+
+/* flushUs += (us - flushUs) / 8, racing updates may lose one: advice only. */
+static void note_flush_time(volatile flush_region *r, i64 us){
+  u32 avg = load32(&r->flushUs);
+  if( us>1000000 ) us = 1000000;
+  __atomic_store_n(&r->flushUs, (u32)((i64)avg + (us - (i64)avg) / 8),
+                   __ATOMIC_RELAXED);
+}
+
+/* One flush for everyone: F2. */
+static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
+  u64 upto;
+  int rc;
+  i64 t0;
+  gather(r);
+  upto = load64(&r->written);
+  t0 = now_us();
+  rc = log_flush_now(pLog);
+  note_flush_time(r, now_us() - t0);
+  if( rc ){
+    __atomic_store_n(&r->poison, 1, __ATOMIC_SEQ_CST);       /* F3 */
+    wake_all(r);
+    return rc;
+  }
+  __atomic_add_fetch(&r->flushes, 1, __ATOMIC_SEQ_CST);
+  log_count_group(pLog, LOG_GROUP_WRITE);
+  flush_region_covered(r, upto);
+  return SQLITE_OK;
+}
+
+/* Lead a flush if no thread or process is leading: SQLITE_OK once led (or
+** found unnecessary), SQLITE_BUSY if another leads, or the flush's error. */
+static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+  int rc = SQLITE_BUSY;
+  if( pthread_mutex_trylock(&pLog->leaderMutex) ) return SQLITE_BUSY;
+  if( log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)==0 ){
+    __atomic_store_n(&r->leaderSince, (u64)now_us(), __ATOMIC_SEQ_CST);
+    rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
+    __atomic_store_n(&r->leaderSince, 0, __ATOMIC_SEQ_CST);
+    log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_LEADER, LOG_UNLOCKED);
+  }
+  pthread_mutex_unlock(&pLog->leaderMutex);
+  return rc;
+}
+
+int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
+                            void *arg, int ms){
+  i64 deadline = now_us() + (i64)ms * 1000;
+  int rc;
+  for(;;){
+    u32 seen = load32(&r->unlocks);
+    i64 left;
+    rc = xTry(arg);
+    if( rc!=SQLITE_BUSY || (left = (deadline - now_us()) / 1000)<=0 ) return rc;
+    __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
+    if( load32(&r->unlocks)==seen ){
+      struct timespec ts = { 0, (left<WAIT_SLICE_MS ? left : WAIT_SLICE_MS) * 1000000L };
+      syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+    }
+    __atomic_sub_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
+  }
+}
+
+void flush_region_await_writer(volatile flush_region *r, int us){
+  u32 seen = load32(&r->unlocks);
+  struct timespec ts = { 0, (long)us * 1000L };
+  if( !load32(&r->writing) ) return;
+  __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
+  if( load32(&r->unlocks)==seen && load32(&r->writing) ){
+    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+  }
+  __atomic_sub_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
+}
+
+void flush_region_released(volatile flush_region *r){
+  __atomic_add_fetch(&r->unlocks, 1, __ATOMIC_SEQ_CST);
+  if( load32(&r->gathering) ){
+    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAKE, INT_MAX, 0, 0, 0);
+  }else if( load32(&r->lockWaiters) ){
+    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAKE, 1, 0, 0, 0);
+  }
+}
+
+static void sleep_on(volatile u32 *w, u32 seen){
+  struct timespec ts = { 0, WAIT_SLICE_MS * 1000000L };
+  syscall(SYS_futex, (u32*)w, FUTEX_WAIT, seen, &ts, 0, 0);
+}
+
+/* F4: the leader has held its lock for longer than any flush should take
+** (a dead leader's lock is gone: the kernel released it). */
+static int leader_stuck(volatile flush_region *r){
+  u64 since = load64(&r->leaderSince);
+  return since && now_us() - (i64)since>=(i64)STUCK_MS * 1000;
+}
+
+int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+  volatile u32 *w = wake_word(r, ticket);
+  u32 seen;
+  int rc;
+  if( load64(&r->durable)>=ticket ) return SQLITE_OK;
+  log_count_group(pLog, LOG_GROUP_WAIT);
+  for(;;){
+    seen = load32(w);
+    if( load64(&r->durable)>=ticket ) return SQLITE_OK;
+    if( load32(&r->poison) ) return poisoned(pLog);
+    rc = try_lead(pLog, r, ticket);
+    if( rc==SQLITE_BUSY && leader_stuck(r) ) rc = flush_for_all(pLog, r);
+    if( rc!=SQLITE_BUSY ){
+      if( rc ) return rc;
+      continue;
+    }
+    sleep_on(w, seen);
+  }
+}

@@ -1,0 +1,468 @@
+/*
+** test_group_processes.c — durable group commit across processes
+** (src/flush_region.h), in the situations only fork() and replaced system
+** calls can set up:
+**
+**   many       2, 4, 8 and 16 processes commit at once, in every group mode
+**              and beside non-group connections (FULL, NORMAL), while
+**              another process checkpoints (PASSIVE, RESTART, TRUNCATE);
+**   killed     a committer killed after writing its commit's frames, before
+**              any flush; a flush leader killed inside its fdatasync; a
+**              leader stopped inside its fdatasync (alive, never returning):
+**              nobody waits forever, nothing acknowledged is lost;
+**   poison     a failed flush: every process's waiting commit fails, no
+**              later one is acknowledged, nothing acknowledged is lost;
+**   strict     a strict reader does not see a commit before a flush covers
+**              it; a durable reader may (early lock release);
+**   fork       a process whose threads lead flushes forks children that
+**              outlive it: none inherits a held leader lock.
+**
+** Every child reports each acknowledged commit (its number) on a pipe, so
+** the parent knows exactly what must survive. Rows are (who, n).
+*/
+#include "check.h"
+#include "test_util.h"
+#include "waldio.h"
+#include "log_lock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+
+static char g_db[512];
+
+/* ------------------------------------------------------- system-call hooks
+** Set in a child after fork(): each process has its own table. */
+
+enum { HOOK_NONE, HOOK_KILL_IN_FLUSH, HOOK_STOP_IN_FLUSH, HOOK_FAIL_FLUSH,
+       HOOK_GATE_FLUSH, HOOK_KILL_AFTER_WRITE };
+static int g_hook, g_hookAfter, g_calls, g_gateFd = -1;
+static char g_gateFile[600];     /* while it exists, flushes wait at the gate */
+
+static int hooked_fdatasync(int fd){
+  if( g_hook==HOOK_GATE_FLUSH ){
+    char c;
+    if( access(g_gateFile, F_OK)==0 && read(g_gateFd, &c, 1)!=1 ) _exit(97);
+  }else if( g_hook!=HOOK_NONE && g_hook!=HOOK_KILL_AFTER_WRITE
+         && ++g_calls>g_hookAfter ){
+    if( g_hook==HOOK_KILL_IN_FLUSH ) raise(SIGKILL);
+    if( g_hook==HOOK_STOP_IN_FLUSH ) for(;;) pause();
+    errno = EIO;
+    return -1;
+  }
+  return fdatasync(fd);
+}
+
+/* A commit frame is written through the page cache (pwrite on the
+** buffered descriptor); die right after it: frames written, no flush. */
+static ssize_t hooked_pwrite(int fd, const void *p, size_t n, off_t off){
+  ssize_t rc = pwrite(fd, p, n, off);
+  if( g_hook==HOOK_KILL_AFTER_WRITE && off>0 && ++g_calls>g_hookAfter ){
+    raise(SIGKILL);
+  }
+  return rc;
+}
+
+static void install_hooks(int hook, int after){
+  sqlite3_vfs *v = sqlite3_vfs_find("waldio");
+  g_hook = hook;
+  g_hookAfter = after;
+  g_calls = 0;
+  v->xSetSystemCall(v, "waldio_fdatasync", (sqlite3_syscall_ptr)hooked_fdatasync);
+  v->xSetSystemCall(v, "waldio_pwrite", (sqlite3_syscall_ptr)hooked_pwrite);
+}
+
+/* --------------------------------------------------------------- helpers */
+
+static sqlite3 *open_db(const char *zGroup, const char *zSync){
+  char zUri[700], zSql[80];
+  sqlite3 *db = 0;
+  snprintf(zUri, sizeof(zUri), "file:%s?waldio_group=%s", g_db, zGroup);
+  if( sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE
+                      |SQLITE_OPEN_URI, "waldio")!=SQLITE_OK ){
+    sqlite3_close(db);
+    return 0;
+  }
+  sqlite3_busy_timeout(db, 20000);
+  snprintf(zSql, sizeof(zSql), "PRAGMA synchronous=%s", zSync);
+  sqlite3_exec(db, zSql, 0, 0, 0);
+  return db;
+}
+
+static void fresh_db(void){
+  sqlite3 *db;
+  remove_db(g_db);
+  db = open_db("off", "FULL");
+  CHECK(db!=0);
+  CHECK_EQ(sqlite3_exec(db, "PRAGMA journal_mode=WAL;"
+           " CREATE TABLE t(who INTEGER, n INTEGER, pad BLOB,"
+           " PRIMARY KEY(who, n));", 0, 0, 0), SQLITE_OK);
+  sqlite3_close(db);
+}
+
+static int insert(sqlite3 *db, int who, int n){
+  char zSql[120];
+  snprintf(zSql, sizeof(zSql), "INSERT INTO t VALUES(%d, %d, randomblob(100))",
+           who, n);
+  return sqlite3_exec(db, zSql, 0, 0, 0);
+}
+
+/* A child: commit n rows as `who`, writing each acknowledged number on fd.
+** Exit status: 0, or 10 + the first failing SQLite code (low byte). */
+static int commit_rows(int who, const char *zGroup, const char *zSync, int n,
+                       int fd){
+  sqlite3 *db = open_db(zGroup, zSync);
+  int i, rc = SQLITE_OK;
+  if( !db ) return 9;
+  for(i=1; i<=n && rc==SQLITE_OK; i++){
+    rc = insert(db, who, i);
+    if( rc==SQLITE_OK && fd>=0 && write(fd, &i, sizeof(i))!=sizeof(i) ) rc = -1;
+  }
+  sqlite3_close(db);
+  return rc==SQLITE_OK ? 0 : 10 + (rc & 0xff);
+}
+
+static pid_t spawn_writer(int who, const char *zGroup, const char *zSync,
+                          int n, int hook, int after, int *pFd){
+  int fds[2];
+  pid_t pid;
+  if( pipe(fds) ) return -1;
+  pid = fork();
+  if( pid==0 ){
+    close(fds[0]);
+    install_hooks(hook, after);
+    _exit(commit_rows(who, zGroup, zSync, n, fds[1]));
+  }
+  close(fds[1]);
+  *pFd = fds[0];
+  return pid;
+}
+
+/* Everything acknowledged on fd (the child has ended): the last number. */
+static int acked(int fd){
+  int n, last = 0;
+  while( read(fd, &n, sizeof(n))==sizeof(n) ) last = n;
+  close(fd);
+  return last;
+}
+
+/* waitpid with a deadline: -1 (and the child killed) if it is still
+** running after `seconds`: someone waited forever. */
+static int wait_exit(pid_t pid, int seconds){
+  int status = 0, i;
+  for(i=0; i<seconds*100; i++){
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if( r==pid ){
+      if( WIFEXITED(status) ) return WEXITSTATUS(status);
+      return 128 + WTERMSIG(status);
+    }
+    usleep(10000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+static long long rows_of(sqlite3 *db, int who){
+  char zSql[80];
+  snprintf(zSql, sizeof(zSql), "SELECT count(*) FROM t WHERE who=%d", who);
+  return query_int(db, zSql);
+}
+
+static void check_integrity(sqlite3 *db){
+  char z[64];
+  CHECK(strcmp(query_text(db, "PRAGMA integrity_check", z, sizeof(z)), "ok")==0);
+}
+
+/* ------------------------------------------------------------------ many */
+
+static const char *azGroup[] = { "durable", "strict", "async", "durable", "off" };
+static const char *azSync[]  = { "FULL",    "FULL",   "FULL",  "NORMAL",  "FULL" };
+
+/* A child that checkpoints in a loop until `stop` is readable. */
+static pid_t spawn_checkpointer(int *pStop){
+  static const char *az[] = { "PRAGMA wal_checkpoint(PASSIVE)",
+      "PRAGMA wal_checkpoint(RESTART)", "PRAGMA wal_checkpoint(TRUNCATE)" };
+  int fds[2];
+  pid_t pid;
+  if( pipe(fds) ) return -1;
+  pid = fork();
+  if( pid==0 ){
+    sqlite3 *db = open_db("off", "FULL");
+    int i = 0, n = 0;
+    char c;
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    while( db && read(fds[0], &c, 1)<0 ){
+      n += sqlite3_exec(db, az[i++ % 3], 0, 0, 0)==SQLITE_OK;
+      usleep(3000);
+    }
+    sqlite3_close(db);
+    _exit(n>0 ? 0 : 1);                 /* some checkpoints ran */
+  }
+  close(fds[0]);
+  *pStop = fds[1];
+  return pid;
+}
+
+static void test_many(int np, int mixed){
+  pid_t aPid[16], ckpt;
+  int aFd[16], i, n = 150, stop = -1;
+  sqlite3 *db;
+  fresh_db();
+  ckpt = spawn_checkpointer(&stop);
+  for(i=0; i<np; i++){
+    int m = mixed ? i % 5 : 0;
+    aPid[i] = spawn_writer(i, azGroup[m], azSync[m], n, HOOK_NONE, 0, &aFd[i]);
+  }
+  for(i=0; i<np; i++){
+    CHECK_EQ(wait_exit(aPid[i], 120), 0);
+    CHECK_EQ(acked(aFd[i]), n);
+  }
+  CHECK(write(stop, "s", 1)==1);
+  CHECK_EQ(wait_exit(ckpt, 60), 0);
+  close(stop);
+  db = open_db("off", "FULL");
+  for(i=0; i<np; i++) CHECK_EQ(rows_of(db, i), n);
+  check_integrity(db);
+  sqlite3_close(db);
+}
+
+/* ---------------------------------------------------------------- killed */
+
+/* One committer dies or hangs as `hook` says; three others commit on. */
+static void test_killed(int hook, const char *zWhat){
+  pid_t aPid[4];
+  int aFd[4], aAcked[4], i, n = 200;
+  sqlite3 *db;
+  fprintf(stderr, "  killed: %s\n", zWhat);
+  fresh_db();
+  aPid[0] = spawn_writer(0, "durable", "FULL", n, hook, 30, &aFd[0]);
+  for(i=1; i<4; i++){
+    aPid[i] = spawn_writer(i, "durable", "FULL", n, HOOK_NONE, 0, &aFd[i]);
+  }
+  for(i=1; i<4; i++){
+    CHECK_EQ(wait_exit(aPid[i], 120), 0);       /* nobody waits forever */
+    aAcked[i] = acked(aFd[i]);
+    CHECK_EQ(aAcked[i], n);
+  }
+  if( hook==HOOK_STOP_IN_FLUSH ) kill(aPid[0], SIGKILL);
+  CHECK(wait_exit(aPid[0], 60)==128 + SIGKILL);
+  aAcked[0] = acked(aFd[0]);
+  CHECK(aAcked[0]<n);
+  db = open_db("off", "FULL");
+  /* Acknowledged: there. The killed one's commit in flight: maybe. */
+  CHECK(rows_of(db, 0)>=aAcked[0] && rows_of(db, 0)<=aAcked[0] + 1);
+  for(i=1; i<4; i++) CHECK_EQ(rows_of(db, i), n);
+  check_integrity(db);
+  sqlite3_close(db);
+}
+
+/* ---------------------------------------------------------------- poison */
+
+static void test_failed_flush(void){
+  pid_t aPid[4];
+  int aFd[4], aStatus[4], aAcked[4], i, n = 300, failed = 0;
+  char zMsg[512];
+  sqlite3 *db;
+  fresh_db();
+  aPid[0] = spawn_writer(0, "durable", "FULL", n, HOOK_FAIL_FLUSH, 20, &aFd[0]);
+  for(i=1; i<4; i++){
+    aPid[i] = spawn_writer(i, "durable", "FULL", n, HOOK_NONE, 0, &aFd[i]);
+  }
+  for(i=0; i<4; i++){
+    aStatus[i] = wait_exit(aPid[i], 120);
+    aAcked[i] = acked(aFd[i]);
+    CHECK(aStatus[i]==0 || aStatus[i]==10 + SQLITE_IOERR);
+    failed += aStatus[i]!=0;
+  }
+  CHECK(aStatus[0]==10 + SQLITE_IOERR);        /* its own flush failed */
+  CHECK(failed>=1);
+  /* The flush that failed may have been made for others: their commits
+  ** failed too, and nothing after the failure was acknowledged as durable
+  ** by any flush of the poisoned region. */
+  db = open_db("off", "FULL");
+  for(i=0; i<4; i++) CHECK(rows_of(db, i)>=aAcked[i]);
+  check_integrity(db);
+  waldio_last_error(zMsg, sizeof(zMsg));
+  sqlite3_close(db);
+}
+
+/* ---------------------------------------------------------------- strict */
+
+/* A reader child: on each byte from `go`, read the row count and write it
+** back on `out`. Its flushes wait at the gate too. */
+static pid_t spawn_reader(const char *zGroup, int *pGo, int *pOut){
+  int go[2], out[2];
+  pid_t pid;
+  if( pipe(go) || pipe(out) ) return -1;
+  pid = fork();
+  if( pid==0 ){
+    sqlite3 *db;
+    char c;
+    install_hooks(HOOK_GATE_FLUSH, 0);
+    db = open_db(zGroup, "FULL");
+    close(go[1]);
+    close(out[0]);
+    while( db && read(go[0], &c, 1)==1 ){
+      int n = (int)query_int(db, "SELECT count(*) FROM t");
+      if( write(out[1], &n, sizeof(n))!=sizeof(n) ) break;
+    }
+    sqlite3_close(db);
+    _exit(0);
+  }
+  close(go[0]);
+  close(out[1]);
+  *pGo = go[1];
+  *pOut = out[0];
+  return pid;
+}
+
+/* Wait up to ms for an int on fd: 1 if one came. */
+static int read_int(int fd, int ms, int *pN){
+  fd_set set;
+  struct timeval tv;
+  FD_ZERO(&set);
+  FD_SET(fd, &set);
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  if( select(fd + 1, &set, 0, 0, &tv)!=1 ) return 0;
+  return read(fd, pN, sizeof(*pN))==sizeof(*pN);
+}
+
+/* While the gate file exists, every flush of every process here waits at
+** the gate, so no commit becomes durable until the parent opens it. */
+static void test_strict_readers(void){
+  int gate[2], goS, outS, goD, outD, wFd, n = -1, i, fd;
+  pid_t pS, pD, pW;
+  fresh_db();
+  snprintf(g_gateFile, sizeof(g_gateFile), "%s-gate", g_db);
+  if( pipe(gate) ){ CHECK(0); return; }
+  g_gateFd = gate[0];
+  pS = spawn_reader("strict", &goS, &outS);
+  pD = spawn_reader("durable", &goD, &outD);
+  CHECK(write(goS, "r", 1)==1 && read_int(outS, 20000, &n) && n==0);
+  CHECK(write(goD, "r", 1)==1 && read_int(outD, 20000, &n) && n==0);
+  /* A first commit starts the log's generation (whose header SQLite syncs
+  ** before it publishes anything). */
+  CHECK_EQ(commit_rows(6, "off", "FULL", 1, -1), 0);
+  fd = open(g_gateFile, O_CREAT|O_WRONLY, 0644);         /* shut the gate */
+  close(fd);
+  pW = spawn_writer(7, "durable", "FULL", 1, HOOK_GATE_FLUSH, 0, &wFd);
+  g_gateFd = -1;
+  close(gate[0]);
+  /* The writer's commit is published, its flush held at the gate. */
+  for(i=0; i<500 && n!=2; i++){
+    CHECK(write(goD, "r", 1)==1 && read_int(outD, 20000, &n));
+    if( n!=2 ) usleep(10000);
+  }
+  CHECK_EQ(n, 2);                   /* durable: visible before its flush */
+  /* The strict reader may not see it: it waits for the stuck-looking
+  ** leader, then flushes itself, at the gate too. */
+  CHECK(write(goS, "r", 1)==1);
+  CHECK(read_int(outS, 1000, &n)==0);
+  unlink(g_gateFile);                                      /* open it */
+  for(i=0; i<64; i++) CHECK(write(gate[1], "g", 1)==1);
+  CHECK(read_int(outS, 20000, &n) && n==2);
+  CHECK_EQ(wait_exit(pW, 60), 0);
+  CHECK_EQ(acked(wFd), 1);
+  close(gate[1]);
+  close(goS);
+  close(goD);
+  CHECK_EQ(wait_exit(pS, 60), 0);
+  CHECK_EQ(wait_exit(pD, 60), 0);
+  close(outS);
+  close(outD);
+}
+
+/* ------------------------------------------------------------------ fork */
+
+static volatile int g_stopThreads;
+
+static void *commit_thread(void *pArg){
+  sqlite3 *db = open_db("durable", "FULL");
+  int who = (int)(long)pArg, n = 0;
+  while( db && !g_stopThreads ){
+    if( insert(db, who, ++n)!=SQLITE_OK ) break;
+  }
+  sqlite3_close(db);
+  return 0;
+}
+
+/* A process whose threads lead shared flushes forks, again and again,
+** children that live on without exec (they do not touch SQLite: a child of
+** a multithreaded process may not). Then it is killed. If a child had
+** inherited the open file of a flush in progress, it would hold the leader
+** lock now, for as long as it lives. */
+static void forking_leader(void){
+  pthread_t a[2];
+  int i;
+  for(i=0; i<2; i++) pthread_create(&a[i], 0, commit_thread, (void*)(long)(60 + i));
+  for(;;){
+    if( fork()==0 ){
+      sleep(30);
+      _exit(0);
+    }
+    usleep(500);
+  }
+}
+
+static void test_fork_while_leading(void){
+  waldio_syscalls sys;
+  pid_t pLeader, pOther;
+  int fd, wFd, status;
+  char zWal[600];
+  fresh_db();
+  pOther = spawn_writer(50, "durable", "FULL", 2000, HOOK_NONE, 0, &wFd);
+  pLeader = fork();
+  if( pLeader==0 ){
+    setpgid(0, 0);                  /* its children: one group, killed below */
+    forking_leader();
+  }
+  sleep(2);
+  kill(pLeader, SIGKILL);
+  waitpid(pLeader, &status, 0);
+  CHECK_EQ(wait_exit(pOther, 120), 0);
+  CHECK_EQ(acked(wFd), 2000);
+  /* Nobody flushes now; the forked children still live. */
+  waldio_syscalls_default(&sys);
+  snprintf(zWal, sizeof(zWal), "%s-wal", g_db);
+  fd = open(zWal, O_RDONLY);
+  CHECK(fd>=0);
+  CHECK(!log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE));
+  close(fd);
+  kill(-pLeader, SIGKILL);
+  while( waitpid(-pLeader, &status, 0)>0 ){}
+}
+
+int main(void){
+  char zDir[300];
+  static const int aNp[] = { 2, 4, 8, 16 };
+  size_t i;
+  signal(SIGPIPE, SIG_IGN);
+  test_dir(zDir, sizeof(zDir), "groupproc");
+  snprintf(g_db, sizeof(g_db), "%s/g.db", zDir);
+  if( waldio_register("waldio", 0, 0)!=SQLITE_OK ) return 2;
+  for(i=0; i<sizeof(aNp)/sizeof(aNp[0]); i++){
+    fprintf(stderr, "  many: %d processes, durable\n", aNp[i]);
+    test_many(aNp[i], 0);
+  }
+  fprintf(stderr, "  many: 10 processes, every mode mixed\n");
+  test_many(10, 1);
+  test_killed(HOOK_KILL_AFTER_WRITE, "after writing its frames, before a flush");
+  test_killed(HOOK_KILL_IN_FLUSH, "a leader, inside its fdatasync");
+  test_killed(HOOK_STOP_IN_FLUSH, "a leader stopped inside its fdatasync");
+  fprintf(stderr, "  a failed flush\n");
+  test_failed_flush();
+  fprintf(stderr, "  strict and durable readers\n");
+  test_strict_readers();
+  fprintf(stderr, "  fork while leading, then killed\n");
+  test_fork_while_leading();
+  remove_db(g_db);
+  rmdir(zDir);
+  return CHECK_DONE();
+}
