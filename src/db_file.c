@@ -47,9 +47,11 @@
 #include "vfs_internal.h"
 #include "errors.h"
 #include "options.h"
+#include "stock_guard.h"
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -250,6 +252,7 @@ static int dbLock(sqlite3_file *f, int level){
   t_lastDb = D(f);
   rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
   if( rc==SQLITE_OK ) D(f)->lockLevel = level;
+  if( rc==SQLITE_OK && level==SQLITE_LOCK_SHARED ) waldio_reserve_decide(D(f));
   /* Leaving WAL mode takes the database exclusively: refused, the switch
   ** failed and the database stays in WAL mode (its log is kept). */
   if( rc && level==SQLITE_LOCK_EXCLUSIVE ) D(f)->leavingWal = 0;
@@ -295,8 +298,14 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
   if( strcasecmp(zName, "synchronous")==0 ){
     int level = parse_sync_level(zArg);
     if( level>=0 ) p->syncLevel = level;
+  }else if( strcasecmp(zName, "page_size")==0 ){
+    waldio_reserve_note_page_size(p, zArg);
   }else if( strcasecmp(zName, "journal_mode")==0 ){
     p->leavingWal = strcasecmp(zArg, "wal")!=0;
+  }else if( strcasecmp(zName, "journal_size_limit")==0 ){
+    int hex = zArg[0]=='0' && (zArg[1]=='x' || zArg[1]=='X');
+    long long n = strtoll(zArg, 0, hex ? 16 : 10);   /* sqlite3DecOrHexToI64 */
+    p->journalSizeLimit = n<-1 ? -1 : n;             /* as pragma.c clamps it */
   }
 }
 
@@ -335,6 +344,9 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       }
       return SQLITE_OK;
     }
+    case SQLITE_FCNTL_PDB:
+      p->ppBtreeDb = pArg;               /* the reserve of a new database (vfs.c) */
+      break;
     case SQLITE_FCNTL_PRAGMA: {
       char **az = pArg;
       rc = waldio_pragma(p, az);
@@ -597,6 +609,26 @@ const sqlite3_io_methods waldio_db_io_methods = {
   dbFetch, dbUnfetch
 };
 
+/* A database that stock SQLite has open in WAL mode is refused here, at
+** sqlite3_open: refused when its WAL is opened, at the first statement, the
+** SQLITE_BUSY would make SQLite retry for the whole busy timeout first
+** (btree.c retries a transaction start). The WAL open checks again for a
+** stock process that came in between (log_open.c). Lower file closed. */
+static int refuse_if_stock(waldio_db_file *p){
+  char *zShm;
+  int rc = SQLITE_OK;
+  if( !p->zName ) return SQLITE_OK;
+  zShm = sqlite3_mprintf("%s-shm", p->zName);
+  if( !zShm ){
+    rc = SQLITE_NOMEM;
+  }else if( stock_sqlite_active(zShm) && !waldio_db_passthrough(p) ){
+    rc = waldio_stock_refusal(zShm);
+  }
+  sqlite3_free(zShm);
+  if( rc ) ORIGFILE(p)->pMethods->xClose(ORIGFILE(p));
+  return rc;
+}
+
 int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
                    int flags, int *pOutFlags){
   sqlite3_vfs *pLower = v->pLower;
@@ -606,6 +638,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   p->zName = zName;
   p->opts = v->opts;
   p->syncLevel = -1;
+  p->journalSizeLimit = v->defaultJournalSizeLimit;
   p->persistWal = -1;
   p->passthrough = -1;                  /* decided once the file has a header */
   rc = waldio_options_from_uri(&p->opts, zName);
@@ -620,6 +653,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
     rc = waldio_error(SQLITE_CANTOPEN, "%s: the VFS below waldio has no"
                       " shared-memory methods", zName ? zName : "");
   }
+  if( rc==SQLITE_OK ) rc = refuse_if_stock(p);
   if( rc ){
     sqlite3_free(p->zWalPath);
     p->zWalPath = 0;

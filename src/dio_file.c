@@ -133,13 +133,13 @@ static int open_fd(dio_file *f, int flags, mode_t mode, int *pCreated){
 ** which it is unless the path was replaced in between. */
 static int open_buffered(dio_file *f){
   struct stat a, b;
-  int fd = f->sys->xOpen(f->zPath, (f->readonly ? O_RDONLY : O_RDWR)|O_CLOEXEC, 0);
+  int fd = f->sys->xOpen(f->zPath, (f->readonly ? O_RDONLY : O_RDWR)|O_CLOEXEC|O_NOFOLLOW, 0);
   if( fd<0 ) return waldio_errno(SQLITE_CANTOPEN, errno, "cannot open log", f->zPath);
   if( f->sys->xFstat(fd, &a) || f->sys->xFstat(f->fd, &b)
    || a.st_dev!=b.st_dev || a.st_ino!=b.st_ino ){
     f->sys->xClose(fd);
-    return waldio_error(SQLITE_CANTOPEN, "%s: the log was replaced while it"
-                        " was being opened", f->zPath);
+    return waldio_error(SQLITE_BUSY, "%s: the log was replaced (by another"
+                        " process) while it was being opened", f->zPath);
   }
   f->fdBuf = fd;
   return SQLITE_OK;
@@ -150,7 +150,7 @@ int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
   struct stat st;
   struct statfs sf;
   const char *zWhy = 0;
-  int base = O_RDWR|O_CLOEXEC;
+  int base = O_RDWR|O_CLOEXEC|O_NOFOLLOW;    /* as os_unix.c: never a link's target */
   int canDio;
 
   memset(f, 0, sizeof(*f));

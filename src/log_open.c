@@ -133,7 +133,7 @@ void log_registry_remove(log_registry *r){
 int log_inherited(const waldio_log *pLog){ return pLog->forkGen!=g_forkGen; }
 
 int log_inherited_error(const waldio_log *pLog){
-  return waldio_error(SQLITE_IOERR, "%s: this connection was opened before"
+  return waldio_error(SQLITE_MISUSE, "%s: this connection was opened before"
       " fork(); a child process must open its own connections (SQLite"
       " connections must not be carried across fork)", pLog->zPath);
 }
@@ -297,17 +297,25 @@ static int attach_locked(waldio_log *pLog, const log_request *req){
 
   for(;;){
     err = log_lock_wait(sys, fd, LOG_LOCK_INIT, initMode, INIT_WAIT_MS);
+    if( err==EAGAIN ){
+      rc = waldio_error(SQLITE_BUSY, "%s: cannot lock the log to open it:"
+          " another process has held it for more than %d s (initializing or"
+          " converting it)", pLog->zPath, INIT_WAIT_MS/1000);
+      break;
+    }
     if( err ){
-      rc = waldio_error(SQLITE_BUSY, "%s: cannot lock the log to open it"
-          " (%s): another process held it for more than %d s", pLog->zPath,
-          strerror(err), INIT_WAIT_MS/1000);
+      rc = waldio_errno(SQLITE_IOERR_LOCK, err, "cannot lock log", pLog->zPath);
       break;
     }
     rc = same_file_as_path(pLog);
     if( rc==SQLITE_OK ) rc = init_file(pLog, req);
     if( rc==SQLITE_OK ){
       err = log_lock(sys, fd, LOG_LOCK_USE, LOG_SHARED);
-      if( err ) rc = err==EAGAIN ? ATTACH_RETRY : SQLITE_CANTOPEN;
+      if( err==EAGAIN ){
+        rc = ATTACH_RETRY;
+      }else if( err ){
+        rc = waldio_errno(SQLITE_IOERR_LOCK, err, "cannot lock log", pLog->zPath);
+      }
     }
     if( rc!=SQLITE_OK && rc!=ATTACH_RETRY ){
       log_lock(sys, fd, LOG_LOCK_USE, LOG_UNLOCKED);
@@ -394,10 +402,7 @@ static int open_once(log_registry *r, waldio_log *pLog, const log_request *req,
   pLog->dev = st.st_dev;
   pLog->ino = st.st_ino;
   if( req->zStockShm && stock_sqlite_active(req->zStockShm) ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: the database is open in SQLite"
-        " without waldio (a process holds %s); close it there first: waldio"
-        " and stock SQLite cannot share a database at the same time",
-        pLog->zPath, req->zStockShm);
+    return waldio_stock_refusal(req->zStockShm);
   }
   rc = attach_locked(pLog, req);
   if( rc ) return rc;
@@ -423,14 +428,13 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
   }
   pthread_mutex_unlock(&r->mutex);
   if( rc==WALDIO_CONVERTED ){
-    rc = waldio_error(SQLITE_CANTOPEN, "%s: the log kept changing while it was"
-                      " being opened", zPath);
+    rc = waldio_error(SQLITE_BUSY, "%s: the log kept being replaced (by"
+                      " conversions in other processes) while it was being"
+                      " opened", zPath);
   }
   return rc;
 }
 
-/* The last close after a clean checkpoint: drop the generation, and the
-** guard if no other process has the log open (F4). */
 /* Frames this process left to the kernel (synchronous=OFF writes nobody
 ** flushed) are all in the database now: drop them before write-back, as
 ** stock SQLite does by deleting its WAL, by cutting the file to block 0.
@@ -446,7 +450,15 @@ static int drop_unflushed(waldio_log *pLog){
   return unflushed ? log_truncate_physical(pLog, area) : SQLITE_OK;
 }
 
-static int close_clean(waldio_log *pLog){
+/* The last close after a clean checkpoint: drop the generation; if no
+** other process has the log open, also the guard (F4) and every byte beyond
+** idleKeep, so that an idle database leaves a bounded log whatever its
+** transactions were (stock SQLite deletes its WAL here). What is kept is
+** allocated and written: the next session's first direct commits need only
+** one fdatasync, no zero-fill (durability.md, "The log left beside an idle
+** database"). Another process with the log open may still need any of it:
+** then nothing is cut. */
+static int close_clean(waldio_log *pLog, i64 idleKeep){
   int fd = pLog->file.fd, rc = SQLITE_OK, solo;
   if( pLog->file.readonly ) return SQLITE_OK;
   if( log_lock_wait(pLog->sys, fd, LOG_LOCK_INIT, LOG_EXCLUSIVE, INIT_WAIT_MS) ){
@@ -455,11 +467,12 @@ static int close_clean(waldio_log *pLog){
   solo = alone(pLog);
   if( solo ) rc = drop_unflushed(pLog);
   if( rc==SQLITE_OK ) rc = log_set_empty(pLog, !solo);
+  if( rc==SQLITE_OK && solo ) rc = log_trim(pLog, idleKeep);
   log_lock(pLog->sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
   return rc;
 }
 
-int log_release(log_registry *r, waldio_log *pLog, int clean){
+int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep){
   waldio_log **pp;
   int rc = SQLITE_OK;
   pthread_mutex_lock(&r->mutex);
@@ -486,7 +499,7 @@ int log_release(log_registry *r, waldio_log *pLog, int clean){
   flusher_stop(pLog);
   rc = group_write_all(pLog);        /* G4: nothing buffered outlives the log */
   if( rc==SQLITE_OK ) rc = log_sync_bound(pLog);   /* the flush bound holds at close */
-  if( rc==SQLITE_OK && clean ) rc = close_clean(pLog);
+  if( rc==SQLITE_OK && idleKeep>=0 ) rc = close_clean(pLog, idleKeep);
   log_free(pLog);
   return rc;
 }

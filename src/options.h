@@ -8,6 +8,12 @@
 #include "waldio.h"
 
 #define WALDIO_DEFAULT_PREALLOC   (4LL << 20)
+/* The most a log keeps after the last connection closes (durability.md, "The
+** log left beside an idle database", which shows the measurement behind it:
+** bench/idle-bound); smaller with a smaller prealloc or PRAGMA
+** journal_size_limit. One first runway (wal_log.c GROW_MIN): sessions that
+** commit up to that much directly start without a zero-fill. */
+#define WALDIO_IDLE_LOG_BYTES     (256LL << 10)
 #define WALDIO_DEFAULT_CACHE      (4LL << 20)
 #define WALDIO_DEFAULT_FLUSH_MS   100
 #define WALDIO_MIN_PREALLOC       (64LL << 10)

@@ -22,6 +22,7 @@
 ** not silently ignored as SQLite ignores unknown pragmas.
 */
 #include "vfs_internal.h"
+#include "errors.h"
 #include "options.h"
 
 #include <string.h>
@@ -30,6 +31,13 @@
 static int answer(char **az, int rc, char *z){
   az[0] = z;
   return z ? rc : SQLITE_NOMEM;
+}
+
+/* A bad pragma: the message is SQLite's error message, and like every
+** waldio refusal it also reaches sqlite3_log (and stderr when verbose). */
+static int refuse(char **az, char *z){
+  if( z ) waldio_error(SQLITE_ERROR, "%s", z);
+  return answer(az, SQLITE_ERROR, z);
 }
 
 /* A JSON string literal for z (quotes included), or NULL on OOM. */
@@ -75,7 +83,8 @@ static char *status_json(waldio_db_file *p){
       "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
       "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
       "\"group_scope\":\"%s\","
-      "\"group_bytes\":%lld,\"group_ms\":%d,\"wal_open\":%s,\"passthrough\":%s",
+      "\"group_bytes\":%lld,\"group_ms\":%d,\"idle_log_bytes\":%lld,"
+      "\"wal_open\":%s,\"passthrough\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
       p->opts.sync==WALDIO_SYNC_PERSISTENT ? "persistent"
         : p->opts.sync==WALDIO_SYNC_NS ? "ns" : "auto",
@@ -83,7 +92,8 @@ static char *status_json(waldio_db_file *p){
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
       waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
       group_scope(pLog),
-      p->opts.group_bytes, p->opts.group_ms, pLog ? "true" : "false",
+      p->opts.group_bytes, p->opts.group_ms, (long long)waldio_db_idle_bound(p),
+      pLog ? "true" : "false",
       p->passthrough>0 ? "true" : "false");
   sqlite3_free(zVfs);
   if( z && pLog ){
@@ -143,7 +153,7 @@ static int pragma_sync(waldio_db_file *p, char **az){
   int v;
   if( zArg ){
     if( waldio_parse_sync(zArg, &v) ){
-      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_sync=%s: expected"
+      return refuse(az, sqlite3_mprintf("waldio_sync=%s: expected"
           " auto, persistent or ns (full and normal follow PRAGMA synchronous)",
           zArg));
     }
@@ -155,7 +165,7 @@ static int pragma_sync(waldio_db_file *p, char **az){
 static int pragma_stats(waldio_db_file *p, char **az){
   waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
   if( az[2] && strcasecmp(az[2], "reset")!=0 ){
-    return answer(az, SQLITE_ERROR,
+    return refuse(az,
                   sqlite3_mprintf("waldio_stats=%s: only 'reset' is accepted", az[2]));
   }
   if( !pLog ) return answer(az, SQLITE_OK, sqlite3_mprintf("{}"));
@@ -167,7 +177,7 @@ static int pragma_flush_ms(waldio_db_file *p, char **az){
   int v;
   if( az[2] ){
     if( waldio_parse_ms(az[2], &v) ){
-      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_flush_ms=%s:"
+      return refuse(az, sqlite3_mprintf("waldio_flush_ms=%s:"
           " expected milliseconds between 1 and 60000", az[2]));
     }
     p->opts.flush_ms = v;
@@ -193,7 +203,7 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
       bad = waldio_parse_ms(zArg, &o.group_ms);
     }
     if( bad ){
-      return answer(az, SQLITE_ERROR, sqlite3_mprintf("waldio_group%s=%s: expected"
+      return refuse(az, sqlite3_mprintf("waldio_group%s=%s: expected"
           " %s", zWhich, zArg, zWhich[0]==0 ? "off, async, durable or strict"
           : zWhich[1]=='b' ? "a size between 4K and 16M" : "milliseconds, 1..60000"));
     }
@@ -220,7 +230,7 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strncasecmp(zName, "waldio", 6)!=0 ) return SQLITE_NOTFOUND;
   if( zName[6]==0 ){
     if( az[2] ){
-      return answer(az, SQLITE_ERROR,
+      return refuse(az,
                     sqlite3_mprintf("PRAGMA waldio takes no value"));
     }
     return answer(az, SQLITE_OK, status_json(p));
@@ -231,7 +241,7 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strcasecmp(zName, "waldio_group")==0 ) return pragma_group(p, az, "");
   if( strcasecmp(zName, "waldio_group_bytes")==0 ) return pragma_group(p, az, "_bytes");
   if( strcasecmp(zName, "waldio_group_ms")==0 ) return pragma_group(p, az, "_ms");
-  return answer(az, SQLITE_ERROR, sqlite3_mprintf("unknown pragma %s; waldio's"
+  return refuse(az, sqlite3_mprintf("unknown pragma %s; waldio's"
       " pragmas are waldio, waldio_sync, waldio_stats, waldio_flush_ms,"
       " waldio_group, waldio_group_bytes and waldio_group_ms", zName));
 }

@@ -36,7 +36,9 @@
 **   WALDIO_FLUSH_MS, WALDIO_GROUP, WALDIO_GROUP_BYTES, WALDIO_GROUP_MS
 ** A bad value is reported on stderr and nothing is registered: the program
 ** then runs on stock SQLite, and says so.
-** WALDIO_PRELOAD_VERBOSE=1 reports the registration on stderr.
+** WALDIO_VERBOSE=1 reports the registration on stderr, and every refusal or
+** failure of libwaldio with its reason (errors.c); WALDIO_PRELOAD_VERBOSE=1,
+** the registration only.
 **
 ** An SQLite linked statically into the executable cannot be reached: the
 ** executable's own symbols come before any preloaded library. When such an
@@ -47,6 +49,7 @@
 SQLITE_EXTENSION_INIT1
 
 #include "waldio.h"
+#include "errors.h"
 #include "options.h"
 
 #include <dlfcn.h>
@@ -77,9 +80,11 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static waldio_options g_opts;
 static int g_rc = -1;                 /* result of waldio_register() */
 
+/* WALDIO_VERBOSE (errors.c: every message on stderr too) or the older
+** WALDIO_PRELOAD_VERBOSE: also report the registration. */
 static int verbose(void){
   const char *z = getenv("WALDIO_PRELOAD_VERBOSE");
-  return z && z[0] && strcmp(z, "0")!=0;
+  return waldio_verbose() || (z && z[0] && strcmp(z, "0")!=0);
 }
 
 static const char *program(void){

@@ -2,6 +2,8 @@
 ** stock_guard.c — detect a live SQLite without waldio (see stock_guard.h).
 */
 #include "stock_guard.h"
+#include "errors.h"
+#include "sqlite_api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,4 +47,12 @@ int stock_sqlite_active(const char *zShmPath){
   }
   fclose(f);
   return found;
+}
+
+int waldio_stock_refusal(const char *zShmPath){
+  size_t n = strlen(zShmPath);
+  return waldio_error(SQLITE_BUSY, "%.*s: the database is open in SQLite"
+      " without waldio (a process holds %s); close it there first: waldio and"
+      " stock SQLite cannot share a database at the same time",
+      (int)(n>4 ? n-4 : n), zShmPath, zShmPath);
 }

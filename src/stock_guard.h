@@ -16,4 +16,8 @@
 ** if the file does not exist. */
 int stock_sqlite_active(const char *zShmPath);
 
+/* The refusal when it is: SQLITE_BUSY (contention: it ends when the other
+** process closes the database), its reason recorded (errors.h). */
+int waldio_stock_refusal(const char *zShmPath);
+
 #endif

@@ -14,8 +14,9 @@
 **
 ** Per connection (an auto-extension run by sqlite3_open): a database that
 ** is still empty and will use header embedding gets 24 reserved bytes per
-** page before its first page is written, and the SQL function
-** waldio_last_error() is registered.
+** page before its first page is written (below), and the SQL function
+** waldio_last_error() and the tables pragma_waldio... (pragma_vtab.c) are
+** registered.
 */
 #include "vfs_internal.h"
 #include "errors.h"
@@ -24,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define RESERVE_FOR_EMBED 24
 
@@ -135,30 +137,90 @@ static void fn_last_error(sqlite3_context *ctx, int argc, sqlite3_value **argv){
   sqlite3_result_text(ctx, zMsg, -1, SQLITE_TRANSIENT);
 }
 
-/* An empty main database that may embed frame headers gets its reserve
-** now, while the page size is still open (SQLITE_FCNTL_RESERVE_BYTES).
-** Databases that miss it (ATTACHed ones, or after sqlite3_reset_auto_
-** extension()) are not refused: the auto layout pads instead. */
-static void reserve_for_embedding(sqlite3 *db){
+/* ------------------------------------------- the reserve of a new database
+**
+** Header embedding stores each frame's 24-byte header in the last bytes of
+** its page: a new database that will use it needs 24 reserved bytes per
+** page, and one that will not (pages smaller than a block: the auto layout
+** pads) must not get them -- they only cost space and change SQLite's page
+** counts against stock. SQLite reads the reserve when it writes page 1 of
+** an empty database (btree.c newDatabase), and SQLITE_FCNTL_RESERVE_BYTES
+** can raise it before that but never lower it again. So the decision waits
+** for the last moment the page size may still change:
+**   - at open the connection remembers its database (main only) and the
+**     page size SQLite would give it: SQLITE_DEFAULT_PAGE_SIZE (pager.c
+**     raises it to the sector size only for files without
+**     POWERSAFE_OVERWRITE, which waldio's database files always report);
+**   - PRAGMA page_size=N on the empty database updates that page size
+**     (waldio_reserve_note_page_size, from SQLITE_FCNTL_PRAGMA);
+**   - each time the connection takes its SHARED lock on the still empty
+**     file (waldio_reserve_decide, from xLock), which every transaction
+**     does before SQLite sizes its cells: if the page size fits embedding,
+**     24 bytes are reserved now, for good.
+** A page size changed after a read of the still empty database comes too
+** late to drop the reserve; the auto layout then pads, as for any database
+** without a usable reserve. ATTACHed databases get no reserve (they pad).
+** The connection that takes the lock is the one SQLite names through
+** SQLITE_FCNTL_PDB (the B-tree's current user: with a shared cache, not
+** necessarily the one that opened the file). */
+
+static void reserve_remember(sqlite3 *db){
   sqlite3_file *pTop = 0;
   waldio_db_file *p;
   sqlite3_int64 size = -1;
-  int n = RESERVE_FOR_EMBED;
   if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pTop)
    || (p = waldio_db_of(pTop))==0
    || (p->opts.layout!=WALDIO_LAYOUT_EMBED && p->opts.layout!=WALDIO_LAYOUT_AUTO) ){
     return;
   }
+  if( p->reserveState!=RESERVE_NONE || !p->ppBtreeDb ) return;  /* shared cache */
   if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)==SQLITE_OK && size==0 ){
-    sqlite3_file_control(db, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+    p->reservePage = p->pVfs->defaultPageSize;
+    p->reserveState = RESERVE_PENDING;
   }
 }
 
+void waldio_reserve_note_page_size(waldio_db_file *p, const char *zArg){
+  long n = zArg ? strtol(zArg, 0, 10) : 0;
+  /* As btree.c accepts it: a power of two in 512..65536. */
+  if( p->reserveState==RESERVE_PENDING && n>=512 && n<=65536 && (n & (n-1))==0 ){
+    p->reservePage = (u32)n;
+  }
+}
+
+void waldio_reserve_decide(waldio_db_file *p){
+  const char *zWhy;
+  sqlite3_int64 size = -1;
+  int n = RESERVE_FOR_EMBED;
+  if( p->reserveState!=RESERVE_PENDING ) return;
+  if( ORIGFILE(p)->pMethods->xFileSize(ORIGFILE(p), &size)!=SQLITE_OK || size>0 ){
+    p->reserveState = RESERVE_NEVER;         /* created meanwhile: its own */
+    return;
+  }
+  if( wf_choose_layout((u32)p->opts.layout, waldio_block_size(p->zName),
+                       p->reservePage, RESERVE_FOR_EMBED, &zWhy)==WALDIO_LAYOUT_EMBED ){
+    p->reserveState = RESERVE_DONE;
+    /* Re-entrant, from inside the pager's lock request, on the connection
+    ** now using the B-tree (it holds that connection's mutex): RESERVE_BYTES
+    ** with page size 0 only sets the pager's reserve, no I/O and no
+    ** reallocation (btree.c sqlite3BtreeSetPageSize); lockBtree sizes cells
+    ** after this lock returns, newDatabase writes the reserve into page 1. */
+    sqlite3_file_control(*p->ppBtreeDb, "main", SQLITE_FCNTL_RESERVE_BYTES, &n);
+  }
+}
+
+u32 waldio_block_size(const char *zDb){
+  struct stat st;
+  return (zDb && stat(zDb, &st)==0 && st.st_blksize>4096) ? (u32)st.st_blksize : 4096;
+}
+
 static int connection_setup(sqlite3 *db, char **pzErr, const void *pApi){
+  int rc;
   (void)pzErr; (void)pApi;
-  reserve_for_embedding(db);
-  return sqlite3_create_function(db, "waldio_last_error", 0,
+  reserve_remember(db);
+  rc = sqlite3_create_function(db, "waldio_last_error", 0,
       SQLITE_UTF8|SQLITE_INNOCUOUS, 0, fn_last_error, 0, 0);
+  return rc ? rc : waldio_register_pragma_tables(db);
 }
 
 int waldio_connection_setup(sqlite3 *db){ return connection_setup(db, 0, 0); }
@@ -179,6 +241,20 @@ static int sync_level_default(void){
     }
   }
   return 2;
+}
+
+/* A numeric compile-time option of this SQLite ("DEFAULT_PAGE_SIZE=" ...),
+** or dflt if the build does not list it. What a connection that never runs
+** the matching PRAGMA has: journal_size_limit (-1 unless a build sets it),
+** the page size of a new database (4096). */
+static long long compile_option(const char *zOpt, long long dflt){
+  size_t n = strlen(zOpt);
+  const char *z;
+  int i;
+  for(i=0; (z = sqlite3_compileoption_get(i))!=0; i++){
+    if( strncmp(z, zOpt, n)==0 ) return strtoll(z + n, 0, 0);
+  }
+  return dflt;
 }
 
 static int check_options(const waldio_options *o){
@@ -247,6 +323,8 @@ int waldio_register(const char *zName, int makeDefault,
   v->pLower = pLower;
   v->opts = o;
   v->defaultSyncLevel = sync_level_default();
+  v->defaultJournalSizeLimit = compile_option("DEFAULT_JOURNAL_SIZE_LIMIT=", -1);
+  v->defaultPageSize = (u32)compile_option("DEFAULT_PAGE_SIZE=", 4096);
   waldio_syscalls_default(&v->sys);
   rc = sqlite3_vfs_register(&v->base, makeDefault);
   if( rc==SQLITE_OK ){

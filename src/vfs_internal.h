@@ -36,6 +36,8 @@ typedef struct waldio_vfs {
   pthread_mutex_t dbMutex;   /* guards pDbList */
   struct waldio_db_file *pDbList;   /* open database files (WAL binding) */
   int defaultSyncLevel;      /* SQLite's compile-time WAL synchronous */
+  long long defaultJournalSizeLimit;  /* and its journal_size_limit */
+  u32 defaultPageSize;       /* and the page size of a new database */
   char zName[64];
 } waldio_vfs;
 
@@ -51,6 +53,7 @@ typedef struct waldio_db_file {
   struct waldio_db_file *pNextDb;   /* waldio_vfs.pDbList */
   int lockLevel;             /* SQLITE_LOCK_* held on the database file */
   int syncLevel;             /* PRAGMA synchronous as set, -1 = default */
+  long long journalSizeLimit;  /* PRAGMA journal_size_limit as set (-1: none) */
   int leavingWal;            /* journal_mode set to a rollback mode */
   int passthrough;           /* the file is not plain SQLite format (a VFS
                              ** above transforms it): its WAL and wal-index
@@ -59,6 +62,10 @@ typedef struct waldio_db_file {
   int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
   volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
   wal_index_view view;       /* the regions mapped (read-ahead advice) */
+  int reserveState;          /* RESERVE_*: reserved bytes of a new database */
+  u32 reservePage;           /* its page size, while RESERVE_PENDING */
+  sqlite3 **ppBtreeDb;       /* SQLITE_FCNTL_PDB: the connection using the
+                             ** B-tree on this file, while it is open */
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
                              ** waldio's wal-index, "<db>-wal-shm": region 0
                              ** the flush region, SQLite's regions after it */
@@ -123,6 +130,13 @@ int waldio_wal_usable(waldio_wal_file *p);      /* L6: SQLITE_OK or an error */
 ** the application may see the commit. */
 int waldio_wal_barrier(waldio_wal_file *p);
 void waldio_wal_discard(waldio_wal_file *p);   /* W4 */
+/* The most the log keeps once the last connection closes (durability.md). */
+i64 waldio_db_idle_bound(const waldio_db_file *db);
+
+/* log_owner.c: before a WAL open, the log and its wal-index get the
+** database's mode (and owner, as root); never fails (see there). */
+void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
+                        const struct stat *pDb, int readonly);
 
 /* xSleep, as SQLite's busy handler calls it right after this thread's
 ** group-mode write lock attempt failed: sleep until the WAL write lock is
@@ -131,6 +145,15 @@ int waldio_busy_sleep(waldio_vfs *v, int us);
 
 /* vfs.c: per-connection setup (reserve bytes, SQL functions). */
 int waldio_connection_setup(sqlite3 *db);
+/* The reserve of a new database (vfs.c): decided as late as possible. */
+enum { RESERVE_NONE, RESERVE_PENDING, RESERVE_DONE, RESERVE_NEVER };
+void waldio_reserve_note_page_size(waldio_db_file *p, const char *zArg);
+void waldio_reserve_decide(waldio_db_file *p);     /* SHARED lock taken */
+/* The block size the log of database zDb will use (>= 4096). */
+u32 waldio_block_size(const char *zDb);
+
+/* pragma_vtab.c: pragma_waldio and friends, for one connection. */
+int waldio_register_pragma_tables(sqlite3 *db);
 
 /* pragmas.c: returns SQLITE_NOTFOUND for pragmas that are not waldio's. */
 int waldio_pragma(waldio_db_file *p, char **az);

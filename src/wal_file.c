@@ -523,6 +523,38 @@ static int walSync(sqlite3_file *pFile, int flags){
   return rc ? rc : sync_and_share(p);
 }
 
+/* The most the log of an idle database keeps (durability.md, "The log left
+** beside an idle database"): the default bound, the preallocation if it is
+** smaller, and PRAGMA journal_size_limit if that is smaller still. */
+i64 waldio_db_idle_bound(const waldio_db_file *db){
+  i64 keep = WALDIO_IDLE_LOG_BYTES;
+  if( db->opts.prealloc_bytes<keep ) keep = db->opts.prealloc_bytes;
+  if( db->journalSizeLimit>=0 && db->journalSizeLimit<keep ) keep = db->journalSizeLimit;
+  return keep;
+}
+
+/* What a truncation by SQLite keeps at least, by who asks (sqlite-wal-io.md):
+**   size 0, the wal-index just reset (mxFrame 0) or none: a TRUNCATE
+**     checkpoint (walRestartHdr, then xTruncate(0)): the header block only,
+**     as stock SQLite leaves 0 bytes;
+**   size 0 otherwise, the database locked exclusively: the last connection
+**     closes with journal_size_limit set (sqlite3WalClose, walLimitSize(0)):
+**     the idle bound;
+**   size > 0, the database locked exclusively (locking_mode=EXCLUSIVE): the
+**     limit applies fully, as it does to stock SQLite's WAL;
+**   size > 0 otherwise: journal_size_limit after the first commit of a new
+**     generation, while the database is in use: the preallocation stays, so
+**     that its commits never allocate.
+** Guessing wrong here only keeps more or fewer bytes of dead frames. */
+static i64 truncate_floor(waldio_wal_file *p, i64 size){
+  const volatile void *shm = shm_of(p);
+  int exclusive = p->pDb->lockLevel==SQLITE_LOCK_EXCLUSIVE;
+  if( size==0 ){
+    return (exclusive && shm && wal_index_mx_frame(shm)>0) ? waldio_db_idle_bound(p->pDb) : 0;
+  }
+  return exclusive ? 0 : p->pLog->preallocInitial;
+}
+
 static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   waldio_wal_file *p = (waldio_wal_file*)pFile;
   int rc;
@@ -530,12 +562,7 @@ static int walTruncate(sqlite3_file *pFile, sqlite3_int64 size){
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
   if( rc==SQLITE_OK ) rc = log_begin_write(p->pLog, shm_of(p));
-  /* With the database locked exclusively in WAL mode, SQLite is closing
-  ** the last connection (sqlite3WalClose applying journal_size_limit), or
-  ** runs in locking_mode=EXCLUSIVE: then the limit also bounds the
-  ** preallocation, as it bounds stock SQLite's WAL. */
-  return rc ? rc : log_truncate(p->pLog, size,
-                                p->pDb->lockLevel==SQLITE_LOCK_EXCLUSIVE);
+  return rc ? rc : log_truncate(p->pLog, size, truncate_floor(p, size));
 }
 
 static int walFileSize(sqlite3_file *pFile, sqlite3_int64 *pSize){
@@ -557,8 +584,11 @@ static int walClose(sqlite3_file *pFile){
   if( p->pDb->pWal==p ) p->pDb->pWal = 0;
   /* closeClean: fully checkpointed by the last connection anywhere; the
   ** log drops the generation (and the guard, wal_format.c F4), so the next
-  ** open recovers nothing and stock SQLite may open the database. */
-  rc2 = log_release(&v->registry, p->pLog, rc==SQLITE_OK && p->closeClean && !inherited);
+  ** open recovers nothing and stock SQLite may open the database, and
+  ** keeps at most the idle bound. */
+  rc2 = log_release(&v->registry, p->pLog,
+                    rc==SQLITE_OK && p->closeClean && !inherited
+                      ? waldio_db_idle_bound(p->pDb) : LOG_CLOSE_DIRTY);
   dio_free(p->aSlot);
   dio_free(p->aBatch);
   p->aSlot = p->aBatch = 0;
@@ -612,11 +642,9 @@ static int page1_tail_used(waldio_db_file *db, u32 page){
 ** wf_choose_layout: auto means embed where possible, else pad4k). The block
 ** size is the file system's, which the log will use too. */
 static int choose_layout(waldio_db_file *db, log_request *req){
-  struct stat st;
-  u32 page, reserve, block = 4096;
+  u32 page, reserve, block = waldio_block_size(db->zName);
   int rc = read_db_header(db, &page, &reserve);
   if( rc ) return rc;
-  if( stat(db->zName, &st)==0 && st.st_blksize>block ) block = (u32)st.st_blksize;
   req->layout = (int)wf_choose_layout((u32)db->opts.layout, block, page,
                                       reserve, &req->zLayoutWhy);
   if( req->layout==WALDIO_LAYOUT_EMBED && db->opts.layout==WALDIO_LAYOUT_AUTO
@@ -676,10 +704,11 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   memset(&req, 0, sizeof(req));
   req.opts = &db->opts;
   req.mode = 0644;
-  if( stat(db->zName, &st)==0 ){        /* a new log gets the database's */
+  if( stat(db->zName, &st)==0 ){        /* the log gets the database's */
     req.mode = st.st_mode & 0777;
     req.uid = st.st_uid;
     req.gid = st.st_gid;
+    waldio_log_conform(v, db, zName, &st, (flags & SQLITE_OPEN_READONLY)!=0);
   }
   rc = choose_layout(db, &req);
   if( rc ) return rc;
@@ -696,7 +725,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     if( rc ) rc = SQLITE_CANTOPEN;
   }
   if( rc ){
-    log_release(&v->registry, p->pLog, 0);
+    log_release(&v->registry, p->pLog, LOG_CLOSE_DIRTY);
     return rc;
   }
   p->pDb = db;

@@ -15,6 +15,12 @@
 #define NPAGE       4096                      /* frames per region */
 #define NPAGE_ONE   (NPAGE - HDR_WORDS)       /* frames in region 0 */
 
+u32 wal_index_mx_frame(const volatile void *shm0){
+  u32 mx;
+  memcpy(&mx, (const u8*)shm0 + 16, sizeof(mx));
+  return mx;
+}
+
 /* The page number frame iFrame (>= 1) holds, or 0 if its region is not
 ** mapped. */
 static u32 frame_page(const wal_index_view *v, u32 iFrame){

@@ -30,6 +30,9 @@ typedef struct wal_index_view {
 /* Up to nMax frames of [1, mxFrame] that hold the newest copy of their
 ** page, in ascending order, into aFrame. Returns how many (0 if the view
 ** lacks a region, or memory is short: the caller falls back). */
+/* mxFrame of the first header copy in region 0 (shm0), native order. */
+u32 wal_index_mx_frame(const volatile void *shm0);
+
 int wal_index_newest_frames(const wal_index_view *v, u32 mxFrame,
                             u32 *aFrame, int nMax);
 

@@ -630,30 +630,49 @@ int log_truncate_physical(waldio_log *pLog, i64 keep){
   return rc;
 }
 
-int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc){
-  wal_geometry g = log_geometry(pLog);
-  i64 keep, phys;
-  int rc = SQLITE_OK;
-  if( size<WAL_HDR_BYTES ) rc = log_set_empty(pLog, 1);
-  if( rc ) return rc;
-  /* Give back space beyond the requested size, and beyond the configured
-  ** preallocation unless shrinkPrealloc: that is kept while the database
-  ** is in use, so that its commits never allocate. */
-  keep = wf_physical_for_logical(&g, size);
-  if( keep<pLog->preallocInitial && !shrinkPrealloc ) keep = pLog->preallocInitial;
-  keep = log_round_up(keep, g.block);
+/* Cut an empty log (block 0 says: no generation) to `keep` bytes. The
+** empty block 0 must be durable before the file shrinks: a crash could
+** otherwise keep the shrink and lose the block-0 write, and recovery would
+** replay the prefix of a generation that survived the cut -- frames already
+** copied into the database, older page images over newer ones. So one
+** fdatasync first, and only when there is something to cut. */
+static int trim_empty(waldio_log *pLog, i64 keep){
+  i64 phys;
+  int rc;
   pthread_mutex_lock(&pLog->growMutex);            /* L7 */
   rc = dio_file_size(&pLog->file, &phys);
-  if( rc==SQLITE_OK && phys>keep && size<WAL_HDR_BYTES ){
-    /* The empty block 0 must be durable before the file shrinks: a crash
-    ** could otherwise keep the shrink and lose the block-0 write, and
-    ** recovery would replay a prefix of a generation already copied into
-    ** the database -- older page images over newer ones. */
-    rc = dio_fdatasync(&pLog->file);
-  }
+  if( rc==SQLITE_OK && phys>keep ) rc = dio_fdatasync(&pLog->file);
   if( rc==SQLITE_OK ) rc = cut_locked(pLog, phys, keep);
   pthread_mutex_unlock(&pLog->growMutex);
   return rc;
+}
+
+/* What to keep of the file: `need` bytes (frames: rounded up to whole
+** blocks), or more up to `bound` (a limit: rounded down), and never less
+** than the header area. */
+static i64 keep_bytes(const wal_geometry *g, i64 need, i64 bound){
+  i64 keep = log_round_up(need, g->block);
+  i64 limit = bound / g->block * g->block;
+  if( keep<limit ) keep = limit;
+  return keep<(i64)g->area ? (i64)g->area : keep;
+}
+
+int log_trim(waldio_log *pLog, i64 keep){
+  wal_geometry g = log_geometry(pLog);
+  return trim_empty(pLog, keep_bytes(&g, 0, keep));
+}
+
+int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast){
+  wal_geometry g = log_geometry(pLog);
+  i64 keep = keep_bytes(&g, wf_physical_for_logical(&g, size), keepAtLeast);
+  int rc;
+  if( size<WAL_HDR_BYTES ){
+    rc = log_set_empty(pLog, 1);
+    return rc ? rc : trim_empty(pLog, keep);
+  }
+  /* A limit on a log that holds a generation: what lies beyond `size` is
+  ** older generations' frames, which recovery never reads. */
+  return log_truncate_physical(pLog, keep);
 }
 
 /* ------------------------------------------------------------ durability */

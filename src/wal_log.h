@@ -174,10 +174,13 @@ void log_registry_remove(log_registry *r);
 int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
                 const log_request *req, waldio_log **ppLog);
 /* Drop one reference; the last one flushes what is unflushed and closes.
-** clean: SQLite checkpointed every frame with the database locked
-** exclusively (the last connection anywhere): the generation is dropped,
-** and the guard too if no other process has the log open (F4). */
-int log_release(log_registry *r, waldio_log *pLog, int clean);
+** idleKeep >= 0: a clean close -- SQLite checkpointed every frame with the
+** database locked exclusively (the last connection anywhere): the
+** generation is dropped, and if no other process has the log open, the
+** guard too (F4) and every byte beyond idleKeep (the idle footprint).
+** LOG_CLOSE_DIRTY: anything else; the log stays as it is. */
+#define LOG_CLOSE_DIRTY (-1)
+int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep);
 
 /* Non-zero if this log was inherited through fork() (L6): unusable here. */
 int log_inherited(const waldio_log *pLog);
@@ -248,9 +251,16 @@ int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas);
 int log_logical_size(waldio_log *pLog, i64 *pSize);
 
 /* SQLite truncated the logical file to `size` bytes. The physical file
-** keeps the preallocation unless shrinkPrealloc (journal_size_limit applied
-** by the last connection as it closes: the idle footprint). */
-int log_truncate(waldio_log *pLog, i64 size, int shrinkPrealloc);
+** keeps max(what `size` needs, keepAtLeast) bytes, rounded up to whole
+** blocks and never less than the header area: the caller decides the floor
+** (the preallocation while the database is in use, nothing for a TRUNCATE
+** checkpoint, the idle bound at the last close). Truncating to no
+** generation (size < 32) makes the empty block 0 durable before any cut. */
+int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast);
+
+/* An empty log (block 0 written with no generation) cut to `keep` bytes,
+** block 0 made durable first: the last close's idle footprint. */
+int log_trim(waldio_log *pLog, i64 keep);
 
 /* Cut the file to `keep` bytes (if longer), whatever it holds. */
 int log_truncate_physical(waldio_log *pLog, i64 keep);

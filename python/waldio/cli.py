@@ -14,7 +14,7 @@ from typing import List, Optional
 
 from waldio import WaldioError
 
-SUBCOMMAND_MODULES = ["waldio.bench.cli", "waldio.admin", "waldio.run", "waldio.crash.cli", "waldio.trace.cli"]
+SUBCOMMAND_MODULES = ["waldio.bench.cli", "waldio.admin", "waldio.run", "waldio.env", "waldio.crash.cli", "waldio.trace.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:

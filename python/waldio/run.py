@@ -33,7 +33,8 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import library
 
-__all__ = ["ENV_OPTIONS", "Inspection", "inspect_executable", "environment", "register"]
+__all__ = ["ENV_OPTIONS", "Inspection", "inspect_executable", "environment", "add_option_flags",
+           "register"]
 
 # flag (dest) -> environment variable read by the preload library
 ENV_OPTIONS: Dict[str, str] = {
@@ -47,7 +48,9 @@ ENV_OPTIONS: Dict[str, str] = {
     "group_bytes": "WALDIO_GROUP_BYTES",
     "group_ms": "WALDIO_GROUP_MS",
 }
-VERBOSE_ENV = "WALDIO_PRELOAD_VERBOSE"
+# libwaldio prints every refusal or failure with its reason on stderr (src/errors.c),
+# the preload library also each registration
+VERBOSE_ENV = "WALDIO_VERBOSE"
 # Error messages of SQLite's own code (vdbe.c, vacuum.c): present in every
 # program with SQLite compiled in, absent from programs (the sqlite3 shell
 # included) that call a shared libsqlite3.
@@ -192,6 +195,13 @@ def register(sub: Any) -> None:
                "  waldio run --sync persistent -- ./myapp\n"
                "  WALDIO_LAYOUT=pad4k waldio run -v -- python3 app.py\n",
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_option_flags(p)
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
+    p.set_defaults(func=cmd_run, _parser=p)
+
+
+def add_option_flags(p: argparse.ArgumentParser) -> None:
+    """The flags that become WALDIO_* variables (``ENV_OPTIONS``), and -v."""
     o = p.add_argument_group("waldio options (default: libwaldio's own)")
     o.add_argument("--layout", type=_choice(("embed", "pad4k", "pad8k")),
                    help="log layout [WALDIO_LAYOUT]")
@@ -209,6 +219,5 @@ def register(sub: Any) -> None:
     o.add_argument("--group-ms", metavar="MS", help="async group interval [WALDIO_GROUP_MS]")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="each process reports on stderr when waldio becomes its default "
-                        "VFS [WALDIO_PRELOAD_VERBOSE=1]")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD [ARGS...]")
-    p.set_defaults(func=cmd_run, _parser=p)
+                        "VFS, and why waldio refuses or fails whenever it does "
+                        "[WALDIO_VERBOSE=1]")

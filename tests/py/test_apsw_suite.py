@@ -46,10 +46,6 @@ PSOW_REASON = (
 # why waldio's outcome differs from stock's by design). Line numbers are
 # apsw 3.54.1's.
 EXPECTED_DIFFERENCES: Dict[str, Tuple[str, str]] = {
-    "__main__.APSW.testReserveBytes": (
-        r"line 3259, in testReserveBytes.*AssertionError: 0 != 24",
-        "waldio gives every new database 24 reserved bytes per page (the embed "
-        "layout keeps each frame header there); the test expects SQLite's 0"),
     "__main__.APSW.testVFS": (
         r"line 9233, in testVFS.*TypeError not raised by vfstestdb",
         PSOW_REASON),

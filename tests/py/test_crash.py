@@ -957,6 +957,30 @@ ctl.execute("SELECT recorder_stop()").fetchall()
 
 
 
+def _record_commits_then(d: Path, live: Path, commits: int, then: str) -> crash.Recording:
+    """Record `commits` FULL commits of 3000-byte rows into a new database
+    live/x.db (prealloc 256K, no autocheckpoint), then the Python code
+    `then` (c: the connection, path: the database), in a process of its own."""
+    live.mkdir(parents=True)
+    p = run_recorded("""
+ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
+path = %r
+c = apsw.Connection(waldio.uri(path, prealloc="256K"), vfs="waldio",
+                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
+c.execute("PRAGMA journal_mode=WAL").fetchall()
+c.execute("PRAGMA synchronous=FULL")
+c.execute("PRAGMA wal_autocheckpoint=0")
+c.execute("CREATE TABLE t(x)")
+for i in range(%d):
+    c.execute("INSERT INTO t VALUES(randomblob(3000))")
+%s
+ctl.execute("SELECT recorder_stop()").fetchall()
+os._exit(0)
+""" % (str(d / "events.bin"), str(live / "x.db"), commits, then))
+    assert p.wait(120) == 0, p.stderr.read()
+    return _recording_of(d, live, "waldio-full")
+
+
 def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Path,
                                                                    apsw_sqlite: Any) -> None:
     """100 FULL commits grow the log beyond its 256 KiB preallocation; a
@@ -971,23 +995,9 @@ def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Pat
     import apsw
     d = out_root / "shrink"
     live = d / "live"
-    live.mkdir(parents=True)
-    p = run_recorded("""
-ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
-c = apsw.Connection(waldio.uri(%r, prealloc="256K"), vfs="waldio",
-                    flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
-c.execute("PRAGMA journal_mode=WAL").fetchall()
-c.execute("PRAGMA synchronous=FULL")
-c.execute("PRAGMA wal_autocheckpoint=0")
-c.execute("CREATE TABLE t(x)")
-for i in range(100):
-    c.execute("INSERT INTO t VALUES(randomblob(3000))")
+    rec = _record_commits_then(d, live, 100, """
 assert c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall() == [(0, 0, 0)]
-ctl.execute("SELECT recorder_stop()").fetchall()
-os._exit(0)
-""" % (str(d / "events.bin"), str(live / "x.db")))
-    assert p.wait(120) == 0, p.stderr.read()
-    rec = _recording_of(d, live, "waldio-full")
+""")
     shrinks = [it for it in rec.items if it.op == "T" and it.name == "x.db-wal"]
     assert shrinks, "the log was never shrunk"
     for shrink in shrinks:
@@ -1010,3 +1020,44 @@ os._exit(0)
         if integrity != [("ok",)] or rows != 100:
             raise KnownBug("%s kept, the block-0 rewrite before it lost: integrity %s, %d of "
                            "100 acknowledged rows" % (shrink.describe(), integrity[:1], rows))
+
+
+def test_close_cut_never_leaves_a_prefix_of_a_generation(out_root: Path,
+                                                        apsw_sqlite: Any) -> None:
+    """The last close cuts the log to its idle bound (here the 256 KiB
+    preallocation) after block 0 says "no generation". 300 FULL commits grow
+    the log to ~1.2 MB; the clean close checkpoints them and cuts. A power
+    loss that keeps the cut but not the block-0 rewrite would leave the
+    first frames of the generation, older page images than the database's:
+    block 0 must be durable before every cut, and every state at a cut must
+    hold all 300 rows."""
+    import shutil
+    import apsw
+    d = out_root / "closecut"
+    live = d / "live"
+    rec = _record_commits_then(d, live, 300, """
+assert os.path.getsize(path + "-wal") > 1 << 20
+c.close()
+assert os.path.getsize(path + "-wal") == 256 << 10
+""")
+    shrinks = [it for it in rec.items if it.op == "T" and it.name == "x.db-wal"]
+    assert shrinks, "the close never cut the log"
+    for shrink in shrinks:
+        volatile = [it for it in rec.items if it.idx <= shrink.idx
+                    and it.durable_at > shrink.idx and it.op == crash.W
+                    and it.name == "x.db-wal" and it.off == 0]
+        assert not volatile, "block 0 was not durable before %s" % shrink.describe()
+        keys = [crash.StateKey("power", shrink.idx, "prefix", 0)] + \
+            [crash.StateKey("power", shrink.idx, "rand", r) for r in range(4)]
+        for k, img in rec.states(keys):
+            sdir = d / "state"
+            img.write_to(sdir)
+            c = apsw.Connection(waldio.uri(sdir / "x.db"), vfs="waldio",
+                                flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI)
+            try:
+                got = (c.execute("PRAGMA integrity_check").fetchall(),
+                       c.execute("SELECT count(*) FROM t").fetchall()[0][0])
+            finally:
+                c.close()
+                shutil.rmtree(sdir, ignore_errors=True)
+            assert got == ([("ok",)], 300), (k, got)

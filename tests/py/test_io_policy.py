@@ -210,7 +210,7 @@ def test_a_direct_commit_flushes_buffered_bytes_it_lands_on(sqlite: Any,
     path = dbdir / "mixed.db"
     conn = fresh(sqlite, path, "OFF")
     wl.inserts(conn, 10, n=40)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")      # frames restart at 1
+    conn.execute("PRAGMA wal_checkpoint(RESTART)")       # frames restart at 1
     size = wal_size(path)
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA waldio_stats=reset")
@@ -225,8 +225,9 @@ def test_a_direct_commit_flushes_buffered_bytes_it_lands_on(sqlite: Any,
 def test_another_processs_restart_makes_direct_writes_flush_again(
         sqlite: Any, dbdir: Path) -> None:
     """What this process knew durable may have been cut and re-extended by
-    another process's TRUNCATE checkpoint: after a new generation it flushes
-    once before its next direct write."""
+    another process (a TRUNCATE checkpoint, then commits through the page
+    cache): after a new generation it flushes once before its next direct
+    write."""
     from sql_peer import Peer
     path = dbdir / "peers.db"
     conn = fresh(sqlite, path, "FULL")
@@ -234,9 +235,10 @@ def test_another_processs_restart_makes_direct_writes_flush_again(
     peer = Peer(sqlite.name, path)
     try:
         assert "error" not in peer.sql("PRAGMA synchronous=OFF")
+        assert "error" not in peer.sql("PRAGMA wal_checkpoint(TRUNCATE)")   # cut
         for i in range(30):
             assert "error" not in peer.sql(f"INSERT INTO t(k, v) VALUES({1000 + i}, randomblob(300))")
-        assert "error" not in peer.sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        assert "error" not in peer.sql("PRAGMA wal_checkpoint(RESTART)")    # re-extended
         conn.execute("PRAGMA waldio_stats=reset")
         wl.inserts(conn, 13, n=3)
         st = stats(conn)

@@ -47,8 +47,9 @@ STATIC_SQLITE = "/usr/lib/x86_64-linux-gnu/libsqlite3.a"
 
 def env() -> Dict[str, str]:
     e = dict(os.environ)
-    e["PYTHONPATH"] = str(ROOT / "python")
-    for var in ("LD_PRELOAD", "WALDIO_LAYOUT", "WALDIO_PRELOAD_VERBOSE"):
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python")] + (
+        [os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
+    for var in ("LD_PRELOAD", "WALDIO_LAYOUT", "WALDIO_PRELOAD_VERBOSE", "WALDIO_VERBOSE"):
         e.pop(var, None)
     return e
 
@@ -171,8 +172,11 @@ def test_programs_without_sqlite_run_unchanged(tmp_path: Path) -> None:
 
 
 def test_readme_existing_program(dbdir: Path, programs: Dict[str, Path]) -> None:
-    """Every command of README's "Use it with an existing program", as written."""
-    (sh, code), = [b for b in readme.blocks("Use it with an existing program") if b[0] == "sh"]
+    """Every command of README's "Use it with an existing program", as written:
+    the `waldio run` lines one by one, then the `waldio env` block as one
+    shell script (its `eval` lines change the shell they run in)."""
+    (_, code), (_, env_script) = [b for b in readme.blocks("Use it with an existing program")
+                                  if b[0] == "sh"]
     bindir = dbdir / "bin"
     bindir.mkdir()
     (bindir / "waldio").write_text(f'#!/bin/sh\nexec {sys.executable} -m waldio "$@"\n')
@@ -190,3 +194,15 @@ def test_readme_existing_program(dbdir: Path, programs: Dict[str, Path]) -> None
         assert r.returncode == 0, (line, r.stderr)
     for db in ("app.db", "py.db"):
         assert log_layout(dbdir / db) == "embed"
+    def rows() -> int:
+        out = subprocess.run(["sqlite3", "app.db", "SELECT count(*) FROM t"], cwd=dbdir,
+                             env=env(), capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        return int(out.stdout)
+    before = rows()
+    r = subprocess.run(["bash", "-ec", env_script + '\necho "LD_PRELOAD=${LD_PRELOAD-}"\n'],
+                       cwd=dbdir, env=e, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[-1] == "LD_PRELOAD=", r.stdout
+    assert log_layout(dbdir / "app.db") == "embed"       # written through waldio
+    assert rows() == before + 1
