@@ -720,9 +720,10 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   if( rc ) return rc;
   rc = check_page_size(db, p->pLog);
   if( rc==SQLITE_OK && db->opts.group!=WALDIO_GROUP_OFF ){
+    /* Never refused (other processes join, log_group.h); it fails only if
+    ** leaving another mode could not flush what that mode owed. */
     rc = log_set_group(p->pLog, db->opts.group, db->opts.group_bytes,
                        db->opts.group_ms);
-    if( rc ) rc = SQLITE_CANTOPEN;
   }
   if( rc ){
     log_release(&v->registry, p->pLog, LOG_CLOSE_DIRTY);
