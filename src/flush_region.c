@@ -18,7 +18,7 @@
 ** log's leaderMutex (tried, never waited for, so threads of this process
 ** follow a leader of this process as other processes do). fork() takes
 ** every leaderMutex first (log_open.c): a flush in progress finishes, and
-** its OFD lock is released, before the child gets its copy of the lock.
+** its descriptor is closed, before the child is made (try_lead).
 */
 #include "flush_region.h"
 #include "errors.h"
@@ -27,6 +27,7 @@
 #include "wal_log.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -184,16 +185,27 @@ static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
 }
 
 /* Lead a flush if no thread or process is leading: SQLITE_OK once led (or
-** found unnecessary), SQLITE_BUSY if another leads, or the flush's error. */
+** found unnecessary), SQLITE_BUSY if another leads, or the flush's error.
+**
+** The leader lock is taken on a descriptor opened for this flush alone and
+** closed after it. An OFD lock belongs to the open file description, and a
+** child forked earlier shares every description the process had: a lock
+** taken on the log's own descriptor would outlive a leader killed mid-flush
+** for as long as such a child lives. fork() waits for leaderMutex, so no
+** child ever gets this descriptor. (A read-only process cannot take the
+** lock: it follows, and leads only a stuck flush, F4.) */
 static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
-  int rc = SQLITE_BUSY;
+  const waldio_syscalls *sys = pLog->sys;
+  int rc = SQLITE_BUSY, fd;
   if( pthread_mutex_trylock(&pLog->leaderMutex) ) return SQLITE_BUSY;
-  if( log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)==0 ){
+  fd = sys->xOpen(pLog->zPath, O_RDWR|O_CLOEXEC, 0);
+  if( fd>=0 && log_lock(sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)==0 ){
     __atomic_store_n(&r->leaderSince, (u64)now_us(), __ATOMIC_SEQ_CST);
     rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
     __atomic_store_n(&r->leaderSince, 0, __ATOMIC_SEQ_CST);
-    log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_LEADER, LOG_UNLOCKED);
+    log_lock(sys, fd, LOG_LOCK_LEADER, LOG_UNLOCKED);
   }
+  if( fd>=0 ) sys->xClose(fd);
   pthread_mutex_unlock(&pLog->leaderMutex);
   return rc;
 }

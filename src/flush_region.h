@@ -50,8 +50,9 @@
 **       kernel. While a leader has held the lock for more than STUCK_MS
 **       (stopped, or in a flush that never returns), waiters flush for
 **       themselves without it (the lock only spares redundant flushes).
-**       fork() waits out a flush in progress (log_open.c), so no child
-**       inherits a held leader lock.
+**       The leader lock is taken on a descriptor opened for that flush
+**       only, and fork() waits out a flush in progress (log_open.c), so no
+**       child shares the description a leader locks.
 */
 #ifndef WALDIO_FLUSH_REGION_H
 #define WALDIO_FLUSH_REGION_H

@@ -30,7 +30,9 @@
 **                  wait), writes what it buffers and downgrades USE.
 **   LOG_LOCK_LEADER exclusive while a process flushes the log for every
 **                  process's durable group commits (flush_region.h); only
-**                  ever tried, and released before the flusher returns.
+**                  ever tried, on a descriptor opened for that one flush
+**                  (never one a forked child may share), and released
+**                  before the flusher returns.
 **
 ** Lock order: INIT, then USE. USE is only ever *tried* (no wait) while INIT
 ** is held, so no two processes can wait for each other. KNOCK and LEADER
