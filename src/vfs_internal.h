@@ -97,8 +97,9 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
 waldio_db_file *waldio_db_of(sqlite3_file *pTop);
 /* The open database file a WAL named zWal belongs to (see above), or NULL. */
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
-/* Decide (once the file holds a header) whether p passes through. */
-int waldio_db_passthrough(waldio_db_file *p);
+/* Decide (once the file holds a header) whether p passes through; a read
+** error goes to *pRc. */
+int waldio_db_passthrough(waldio_db_file *p, int *pRc);
 int waldio_db_sync_level(const waldio_db_file *p);
 
 /* wal_file.c */
