@@ -14,7 +14,8 @@ with what the case prints there (tester.tcl's "got: [...]", or the
 space escaped); `~ REGEX` must match the whole text (re.fullmatch), for a
 value that is not the same in every run. A case that fails more than once
 in a run has one line per failure, in order. A (file, case) belongs to one
-block. Comment lines (#) before the first block are kept by regenerate();
+block in each variant (it may be stock's in one variant and by design in
+another). Comment lines (#) before the first block are kept by regenerate();
 other comments are not.
 
 A failure is excused only when its case is listed for the variant and every
@@ -113,15 +114,15 @@ class ExpectedList:
         self.header = header
         self.blocks = blocks
         self.index: Dict[Tuple[str, str, str], Tuple[Block, List[Entry]]] = {}
-        owner: Dict[Tuple[str, str], Block] = {}
         for b in blocks:
             for e in b.entries:
-                other = owner.setdefault((e.file, e.case), b)
-                if other is not b:
-                    raise ValueError(f"{e.file} {e.case} is in two blocks "
-                                     f"({other.group}, {b.group})")
                 for v in e.variants:
-                    self.index.setdefault((e.file, e.case, v), (b, []))[1].append(e)
+                    other, entries = self.index.setdefault((e.file, e.case, v),
+                                                           (b, []))
+                    if other is not b:
+                        raise ValueError(f"{e.file} {e.case} [{v}] is in two "
+                                         f"blocks ({other.group}, {b.group})")
+                    entries.append(e)
 
     @property
     def entries(self) -> List[Entry]:
@@ -348,10 +349,13 @@ def regenerate(old: ExpectedList, results: Iterable[FileResult],
     pairs = [(w, s) for w, s in pair_up(results)
              if TIMEOUT not in (w.status, s.status) and s.status != NOT_RUN]
     redone: Set[Tuple[str, str]] = {(w.file, w.variant) for w, _ in pairs}
-    block_of: Dict[Tuple[str, str], Block] = {}
-    for b in old.blocks:
-        for e in b.entries:
-            block_of[(e.file, e.case)] = b
+    # The by-design block of each case: the one of this variant, else the
+    # one of any variant.
+    block_of: Dict[Tuple, Block] = {}
+    for (file, case, variant), (b, _) in old.index.items():
+        if b.group not in ("stock", "unfiled"):
+            block_of[(file, case, variant)] = b
+            block_of.setdefault((file, case), b)
     # (file, case, variant) -> (block, entries), old ones first.
     atoms: Dict[Tuple[str, str, str], Tuple[Block, List[Entry]]] = {
         k: v for k, v in old.index.items() if (k[0], k[2]) not in redone}
@@ -375,11 +379,12 @@ def regenerate(old: ExpectedList, results: Iterable[FileResult],
                 entries = list(prev[1])
             else:
                 entries = [Entry(w.file, case, (w.variant,), "=", g) for g in gots]
+            home = (block_of.get((w.file, case, w.variant))
+                    or block_of.get((w.file, case)))
             if s.gots(case) == gots:
                 block = special("stock", GROUPS["stock"])
-            elif (w.file, case) in block_of \
-                    and block_of[(w.file, case)].group not in ("stock", "unfiled"):
-                block = same[id(block_of[(w.file, case)])]
+            elif home is not None:
+                block = same[id(home)]
             else:
                 block = special("unfiled", unfiled_reason)
             atoms[(w.file, case, w.variant)] = (block, entries)

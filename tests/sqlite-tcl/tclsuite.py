@@ -177,7 +177,7 @@ _LEFT_OPEN = re.compile(r"^\d+ files were left open")
 _DIVERGED = "waldio-replay: diverged"
 # A round of a fault-injection loop: malloc_common.tcl do_faultsim_test
 # names them NAME-FAULT.N; tester.tcl do_ioerr_test NAME.N.1/.2/.3.
-_FAULTSIM_ROUND = re.compile(
+FAULTSIM_ROUND = re.compile(
     r"^(.+-(?:oom|ioerr|full|shmerr|cantopen|interrupt)"
     r"(?:-(?:transient|persistent))?)\.(\d+)$")
 _IOERR_ROUND = re.compile(r"^(.+)\.(\d+)\.2$")
@@ -238,7 +238,7 @@ def parse_output(text: str, ioerr_loops: bool = False) -> Dict[str, object]:
         m = _CASE_START.match(line)
         if m:
             last_case = pending = m.group(1)
-            r = _FAULTSIM_ROUND.match(pending) or (
+            r = FAULTSIM_ROUND.match(pending) or (
                 _IOERR_ROUND.match(pending) if ioerr_loops else None)
             if r:
                 rounds[r.group(1)] = max(rounds.get(r.group(1), 0),
