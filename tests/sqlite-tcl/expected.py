@@ -149,9 +149,10 @@ class ExpectedList:
         for b in self.blocks:
             if not b.entries:
                 continue
-            lines += ["", f"reason {b.group}  {b.reason}"]
+            lines += [""] if lines else []
+            lines += [f"reason {b.group}  {b.reason}"]
             lines += [e.line() for e in b.entries]
-        return "\n".join(lines).rstrip("\n") + "\n"
+        return "\n".join(lines) + "\n"
 
 
 def parse(text: str, where: str = "expected-differences.txt") -> ExpectedList:
@@ -189,6 +190,8 @@ def parse(text: str, where: str = "expected-differences.txt") -> ExpectedList:
         else:
             value = unescape(value)
         blocks[-1].entries.append(Entry(parts[0], parts[1], variants, op, value))
+    while header and not header[-1]:
+        header.pop()
     try:
         return ExpectedList(header, blocks)
     except ValueError as e:

@@ -107,17 +107,22 @@ class Runs:
             shm_subst=shm, replay_wal_sizes=record))
         return key
 
-    def make(self, harness: tclsuite.Harness, args: argparse.Namespace) -> None:
+    def variants(self) -> Set[str]:
+        return {t.variant for t in list(self.stage1.values())
+                + list(self.stage2.values())}
+
+    def make(self, harness: tclsuite.Harness, timeout: float, jobs: int,
+             logs: Optional[Path] = None, progress=None) -> None:
+        """Stage 1 (references, renamed scripts, stock recording -wal
+        sizes), then stage 2 (replays of those records)."""
         for stage in (self.stage1, self.stage2):
             keys = list(stage)
             done = tclsuite.run_many(
-                harness, [stage[k] for k in keys], args.timeout, args.jobs,
-                bool(args.logs), run.progress_printer(args.quiet),
-                lists.IOERR_LOOPS)
+                harness, [stage[k] for k in keys], timeout, jobs, bool(logs),
+                progress, lists.IOERR_LOOPS)
             for k, r in zip(keys, done):
                 self.results[k] = r
-                run.keep_logs([r], args.logs, "" if k[2] == "plain"
-                              else "+" + k[2])
+                run.keep_logs([r], logs, "" if k[2] == "plain" else "+" + k[2])
 
 
 # ----------------------------------------------------------- the proofs
@@ -246,6 +251,23 @@ def print_summary(proofs: Sequence[Proof], show: str) -> None:
               f"{p.file} {p.case} [{p.variant}]: {p.how}")
 
 
+def prove_all(exp: expected.ExpectedList, groups: Set[str],
+              files: Optional[Set[str]], variants: Set[str],
+              harness_for, timeout: float, jobs: int,
+              logs: Optional[Path] = None, progress=None) -> List[Proof]:
+    """Every listed case of `groups` in `variants` (and `files`), proved or
+    not. harness_for(variants) builds the testfixtures the runs need."""
+    with tempfile.TemporaryDirectory(prefix="waldio-prove-",
+                                     dir=tclsuite.work_root()) as records:
+        Path(records).chmod(0o777)     # unprivileged stock runs record here
+        runs = Runs(Path(records))
+        todo = plan_proofs(exp, groups, files, variants, runs)
+        if todo:
+            runs.make(harness_for(runs.variants()), timeout, jobs, logs,
+                      progress)
+        return [prove_one(*t, runs) for t in todo]
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parse_args(argv)
     groups = {g for g in args.groups.split(",") if g}
@@ -255,19 +277,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                  f"proved by runs (only {', '.join(PROVED_GROUPS)})")
     variants = (set(args.variants.split(",")) if args.variants
                 else {v for _, v in lists.make_test_plan()})
-    exp = expected.load(args.expected)
-    with tempfile.TemporaryDirectory(prefix="waldio-prove-",
-                                     dir=tclsuite.work_root()) as records:
-        Path(records).chmod(0o777)     # unprivileged stock runs record here
-        runs = Runs(Path(records))
-        todo = plan_proofs(exp, groups, set(args.files or []) or None,
-                           variants, runs)
-        wanted = {t.variant for t in list(runs.stage1.values())
-                  + list(runs.stage2.values())}
-        if wanted:
-            harness = tclsuite.harness_for(wanted, args.lib, args.testfixture)
-            runs.make(harness, args)
-        proofs = [prove_one(*t, runs) for t in todo]
+    proofs = prove_all(
+        expected.load(args.expected), groups, set(args.files or []) or None,
+        variants, lambda vs: tclsuite.harness_for(vs, args.lib, args.testfixture),
+        args.timeout, args.jobs, args.logs, run.progress_printer(args.quiet))
     run.write_json(args.json, {"proofs": [asdict(p) for p in proofs]})
     if args.json != "-":
         print_summary(proofs, args.show)

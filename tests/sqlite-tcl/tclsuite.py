@@ -292,7 +292,7 @@ def _script_dir(harness: Harness, name: str, opts: RunOptions,
     return farm
 
 
-def _unprivileged_prefix(work: Path, dirs: Sequence[Path]) -> List[str]:
+def unprivileged_prefix(work: Path, dirs: Sequence[Path]) -> List[str]:
     """The command prefix that drops root to UNPRIVILEGED_USER (setpriv,
     util-linux), after handing it the work directory; nothing when this
     process is not root (it is unprivileged already)."""
@@ -333,7 +333,8 @@ def run_file(harness: Harness, name: str, variant: str, timeout: float,
     start = time.monotonic()
     try:
         scripts = _script_dir(harness, name, opts, top)
-        prefix = (_unprivileged_prefix(work, [top, scripts])
+        prefix = (unprivileged_prefix(
+            work, [top] + ([scripts] if scripts != harness.testdir else []))
                   if v.unprivileged else [])
         # No arguments after the file: tester.tcl parses them with `foreach a
         # $argv`, and a global `a` left behind breaks wal2.test. (So

@@ -47,9 +47,9 @@
 **             fallocate (zero-fill) fails with ENOSPC on disk-full. Only on
 **             the thread that runs the test script: a background flush
 **             (waldio's flusher thread) is no SQLite call and would make the
-**             count depend on timing. The cache probe (preadv2 RWF_NOWAIT)
-**             and read-ahead advice are not fault points: their failure is
-**             a fallback by design, as os_unix.c's advisory calls are not.
+**             count depend on timing. A read is one point whether the page
+**             cache serves it (preadv2 RWF_NOWAIT) or the disk (pread): see
+**             fault_preadv2. Read-ahead advice is no fault point.
 **
 ** Neither level needs test-only code in libwaldio: the physical wrappers go
 ** in through xSetSystemCall; the logical ones through the io methods of each
@@ -150,6 +150,7 @@ static int on_script_thread(void){
 /* ------------------------------------ physical: waldio's system calls */
 
 typedef ssize_t (*pread_fn)(int, void*, size_t, off_t);
+typedef ssize_t (*preadv2_fn)(int, const struct iovec*, int, off_t, int);
 typedef ssize_t (*pwrite_fn)(int, const void*, size_t, off_t);
 typedef ssize_t (*pwritev2_fn)(int, const struct iovec*, int, off_t, int);
 typedef int (*fd_fn)(int);
@@ -159,6 +160,7 @@ typedef int (*fallocate_fn)(int, int, off_t, off_t);
 /* The calls the wrappers forward to: waldio's own, read once. */
 static struct {
   pread_fn xPread;
+  preadv2_fn xPreadv2;
   pwrite_fn xPwrite;
   pwritev2_fn xPwritev2;
   fd_fn xFdatasync;
@@ -175,8 +177,33 @@ static ssize_t fail_after(ssize_t r, int checkFull){
   return r;
 }
 
+/* A read of the log is one fault point whichever way it is served: from the
+** page cache (waldio asks preadv2(RWF_NOWAIT) first, dio_file.c) or from the
+** disk (pread). Whether the pages are cached is up to the kernel, so a fault
+** point per call would make the count differ from run to run. A read the
+** cache served and the fault fails is reported as not cached, and the pread
+** waldio falls back to fails instead. */
+static __thread int failNextPread;
+
 static ssize_t fault_pread(int fd, void *buf, size_t n, off_t off){
-  return fail_after(real.xPread(fd, buf, n, off), 0);
+  ssize_t r = real.xPread(fd, buf, n, off);
+  if( failNextPread ){
+    failNextPread = 0;
+    errno = EIO;
+    return -1;
+  }
+  return fail_after(r, 0);
+}
+static ssize_t fault_preadv2(int fd, const struct iovec *iov, int n, off_t off,
+                             int flags){
+  ssize_t r = real.xPreadv2(fd, iov, n, off, flags);
+  if( n==1 && r==(ssize_t)iov[0].iov_len && on_script_thread()
+   && io_error_now() ){
+    failNextPread = 1;
+    errno = EAGAIN;
+    return -1;
+  }
+  return r;
 }
 static ssize_t fault_pwrite(int fd, const void *buf, size_t n, off_t off){
   return fail_after(real.xPwrite(fd, buf, n, off), 1);
@@ -209,6 +236,7 @@ static const struct {
   sqlite3_syscall_ptr *pReal;
 } aSyscall[] = {
   { "waldio_pread",     (sqlite3_syscall_ptr)fault_pread,     (sqlite3_syscall_ptr*)&real.xPread },
+  { "waldio_preadv2",   (sqlite3_syscall_ptr)fault_preadv2,   (sqlite3_syscall_ptr*)&real.xPreadv2 },
   { "waldio_pwrite",    (sqlite3_syscall_ptr)fault_pwrite,    (sqlite3_syscall_ptr*)&real.xPwrite },
   { "waldio_pwritev2",  (sqlite3_syscall_ptr)fault_pwritev2,  (sqlite3_syscall_ptr*)&real.xPwritev2 },
   { "waldio_fdatasync", (sqlite3_syscall_ptr)fault_fdatasync, (sqlite3_syscall_ptr*)&real.xFdatasync },
