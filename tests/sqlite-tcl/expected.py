@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from tclsuite import (COMPLETE, NOT_RUN, TIMEOUT, VARIANTS,
+from tclsuite import (COMPLETE, FAULTSIM_ROUND, NOT_RUN, TIMEOUT, VARIANTS,
                       WALDIO_VARIANTS, FileResult, not_run, reference_of)
 
 EXPECTED_FILE = Path(__file__).resolve().parent / "expected-differences.txt"
@@ -345,8 +345,9 @@ def regenerate(old: ExpectedList, results: Iterable[FileResult],
                "group and a reason, or report it as a bug (FINDINGS.md)"
                ) -> ExpectedList:
     """The list with every (file, variant) that ran, with its stock run,
-    without a timeout, recorded afresh: each failure with what it printed now, in
-    the block its case was in (a `~` line is kept while it still matches),
+    without a timeout, recorded afresh: each failure with what it printed
+    now, in the block its case was in (a fault round: or a round of its loop
+    that printed the same; a `~` line is kept while it still matches),
     under `stock` when the stock run printed the same, under `unfiled` when
     its case was in no block. Everything else is kept as it was."""
     pairs = [(w, s) for w, s in pair_up(results)
@@ -354,11 +355,17 @@ def regenerate(old: ExpectedList, results: Iterable[FileResult],
     redone: Set[Tuple[str, str]] = {(w.file, w.variant) for w, _ in pairs}
     # The by-design block of each case: the one of this variant, else the
     # one of any variant.
+    # A fault round renumbered (each run numbers its own fault points) goes
+    # where a round of the same loop that printed the same value was.
     block_of: Dict[Tuple, Block] = {}
-    for (file, case, variant), (b, _) in old.index.items():
+    for (file, case, variant), (b, entries) in old.index.items():
         if b.group not in ("stock", "unfiled"):
             block_of[(file, case, variant)] = b
             block_of.setdefault((file, case), b)
+            loop = FAULTSIM_ROUND.match(case)
+            for e in entries:
+                if loop and e.op == "=":
+                    block_of.setdefault((file, loop.group(1), e.value), b)
     # (file, case, variant) -> (block, entries), old ones first.
     atoms: Dict[Tuple[str, str, str], Tuple[Block, List[Entry]]] = {
         k: v for k, v in old.index.items() if (k[0], k[2]) not in redone}
@@ -382,8 +389,11 @@ def regenerate(old: ExpectedList, results: Iterable[FileResult],
                 entries = list(prev[1])
             else:
                 entries = [Entry(w.file, case, (w.variant,), "=", g) for g in gots]
+            loop = FAULTSIM_ROUND.match(case)
             home = (block_of.get((w.file, case, w.variant))
-                    or block_of.get((w.file, case)))
+                    or block_of.get((w.file, case))
+                    or (block_of.get((w.file, loop.group(1), gots[0]))
+                        if loop and len(gots) == 1 else None))
             if s.gots(case) == gots:
                 block = special("stock", GROUPS["stock"])
             elif home is not None:

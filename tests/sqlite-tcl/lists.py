@@ -4,7 +4,9 @@ Seconds are one file's wall time through waldio on this machine kind (2 vCPU,
 ext4), measured in runs of the whole list; stock takes the same or less.
 
 FULL runs with waldio's default options (make test: `default`). It holds every
-WAL test file and the pager, savepoint, backup and incrvacuum files, except:
+WAL test file, the pager, savepoint, backup and incrvacuum files, and the
+fault-injection files whose loops use a WAL (pagerfault 40-70 s, sysfault),
+except:
   walcrash3.test      700 s: 10,000 crash-and-recover rounds (stock 400 s)
   walcrash2.test      every one of its 1,025 cases asserts the -wal file size
                       (by design different); tester.tcl gives up after 1,000
