@@ -94,7 +94,10 @@ class Chain:
     frames: List[bytes] = field(default_factory=list)   # committed, logical
 
 
-def walk(f: BinaryIO, g: Geometry, header: bytes, size: int) -> Chain:
+def walk(f: BinaryIO, g: Geometry, header: bytes, size: int,
+         past_break: bool = True) -> Chain:
+    """past_break: go on after the chain breaks, to count the generation's
+    frames there (reads the whole log; not needed to compare geometries)."""
     big = bool(_u32(header, 0) & 1)
     salts = header[16:24]
     s = (_u32(header, 24), _u32(header, 28))
@@ -104,6 +107,8 @@ def walk(f: BinaryIO, g: Geometry, header: bytes, size: int) -> Chain:
     for hdr, page in _frames(f, g, size):
         same_generation = hdr[8:16] == salts and _u32(hdr, 0) != 0
         if broken:
+            if not past_break:
+                break
             c.after_break += same_generation
             continue
         if not same_generation:
@@ -157,12 +162,8 @@ def _lock_alone(fd: int) -> None:
             if e.errno in (errno.EACCES, errno.EAGAIN):
                 raise waldio.WaldioError(
                     "%s is open in another process; close every connection to the "
-                    "database first" % fd_path(fd)) from e
+                    "database first" % os.readlink("/proc/self/fd/%d" % fd)) from e
             raise
-
-
-def fd_path(fd: int) -> str:
-    return os.readlink("/proc/self/fd/%d" % fd)
 
 
 def _best_chain(f: BinaryIO, b0: bytes, size: int, header: bytes) -> Optional[Chain]:
@@ -179,10 +180,10 @@ def _best_chain(f: BinaryIO, b0: bytes, size: int, header: bytes) -> Optional[Ch
             g = geometry(layout, block, page)
             if g is None:
                 continue
-            c = walk(f, g, header, size)
+            c = walk(f, g, header, size, past_break=False)
             if best is None or (c.committed, c.valid) > (best.committed, best.valid):
                 best = c
-    return best
+    return best and walk(f, best.geometry, header, size)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -10,7 +10,7 @@ never excuses), and prints a unified diff of the file and the counts per
 group before and after. Nothing else decides: the diff is for review, and an
 `unfiled` case needs a group and a reason by hand (or a bug report).
 
-  tests/sqlite-tcl/regenerate.py                      # whole plan, ~6 min
+  tests/sqlite-tcl/regenerate.py                      # whole plan, ~12 min
   tests/sqlite-tcl/regenerate.py --files walfault.test wal5.test
   tests/sqlite-tcl/regenerate.py --dry-run            # diff only
   tests/sqlite-tcl/regenerate.py --results run.json   # from a saved run
