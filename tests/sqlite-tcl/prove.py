@@ -195,6 +195,7 @@ def prove_one(group: str, file: str, case: str, variant: str,
 
     def by_reference(kind: str, gots_of=None) -> Tuple[bool, str]:
         ref = res[keys[kind]]
+        kind = ref.variant                  # the reference of this build/user
         gots = observed(ref, case, renamed)
         if gots_of is not None:
             ok = gots == gots_of
