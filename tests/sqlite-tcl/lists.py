@@ -41,9 +41,12 @@ test.db-shm to test.db-wal-shm in the script, so that walro and walro2 reach
 their read-only cases instead of stopping at the first test.db-shm.
 
 FAULT: the fault-injection files (SQLite's simulated I/O errors, disk-full,
-OOM), for the rounds report (`run.py --list fault`): each loop's rounds
-through waldio against stock. The WAL ones are in FULL. IOERR_LOOPS are those
-whose loops are tester.tcl's do_ioerr_test (rounds NAME.N.1/.2/.3).
+OOM), for the rounds report (`run.py --list fault --rounds`): each loop's
+rounds through waldio against stock. The WAL ones are in FULL; the others use
+no WAL, and differ from stock only through the 24 reserved bytes of a new
+database (ioerr-10/-13 rounds, ioerr4-1.6, pagerfault2-1-pre1: stock-reserve
+gives the same). IOERR_LOOPS are those whose loops are tester.tcl's
+do_ioerr_test (rounds NAME.N.1/.2/.3).
 
 EMBED runs with waldio_layout=embed forced on the 4096-byte-page build: only
 files that never ask for pages smaller than a block. Forced embed refuses

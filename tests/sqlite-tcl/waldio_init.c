@@ -71,6 +71,10 @@
 #include "sqlite3.h"
 #include "waldio.h"
 
+#ifndef RWF_NOWAIT
+# define RWF_NOWAIT 0x8          /* linux/fs.h, Linux 4.14+ */
+#endif
+
 struct name_value { const char *zName; int value; };
 
 static const struct name_value aLayout[] = {
@@ -197,8 +201,8 @@ static ssize_t fault_pread(int fd, void *buf, size_t n, off_t off){
 static ssize_t fault_preadv2(int fd, const struct iovec *iov, int n, off_t off,
                              int flags){
   ssize_t r = real.xPreadv2(fd, iov, n, off, flags);
-  if( n==1 && r==(ssize_t)iov[0].iov_len && on_script_thread()
-   && io_error_now() ){
+  if( (flags & RWF_NOWAIT) && n==1 && r==(ssize_t)iov[0].iov_len
+   && on_script_thread() && io_error_now() ){
     failNextPread = 1;
     errno = EAGAIN;
     return -1;
