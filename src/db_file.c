@@ -103,16 +103,24 @@ static int has_waldio_log(waldio_db_file *p){
 ** transformed by a VFS above waldio (encryption, compression, obfuscation):
 ** its WAL would be as opaque as its pages, so waldio cannot lay it out.
 ** Such a database passes through: WAL and wal-index are the lower VFS's,
-** exactly as without waldio. Every process decides alike, from the file. */
-int waldio_db_passthrough(waldio_db_file *p){
+** exactly as without waldio. Every process decides alike, from the file.
+** A file too short for a header (a new database) is not decided yet; an
+** error reading it is stored in *pRc (0 returned), never taken for either. */
+int waldio_db_passthrough(waldio_db_file *p, int *pRc){
   sqlite3_file *f = ORIGFILE(p);
   static const char zMagic[16] = "SQLite format 3";
   char h[16];
-  if( p->passthrough<0
-   && f->pMethods->xRead(f, h, sizeof(h), 0)==SQLITE_OK ){
-    /* A waldio log beside it says otherwise: page 1 was torn by a crash
-    ** (its good copy is in the log, which recovery replays). */
-    p->passthrough = memcmp(h, zMagic, sizeof(h))!=0 && !has_waldio_log(p);
+  int rc;
+  if( p->passthrough<0 ){
+    rc = f->pMethods->xRead(f, h, sizeof(h), 0);
+    if( rc==SQLITE_OK ){
+      /* A waldio log beside it says otherwise: page 1 was torn by a crash
+      ** (its good copy is in the log, which recovery replays). */
+      p->passthrough = memcmp(h, zMagic, sizeof(h))!=0 && !has_waldio_log(p);
+    }else if( rc!=SQLITE_IOERR_SHORT_READ ){
+      *pRc = rc;
+      return 0;
+    }
   }
   return p->passthrough>0;
 }
@@ -127,7 +135,8 @@ static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
 
   *pRc = SQLITE_OK;
   if( p->pShmHost ) return p->pShmHost;
-  if( waldio_db_passthrough(p) ) return ORIGFILE(p);
+  if( waldio_db_passthrough(p, pRc) ) return ORIGFILE(p);
+  if( *pRc ) return 0;
   if( !p->zWalPath ){
     *pRc = waldio_error(SQLITE_CANTOPEN, "a database without a file name has"
                         " no wal-index file");
@@ -621,7 +630,7 @@ static int refuse_if_stock(waldio_db_file *p){
   zShm = sqlite3_mprintf("%s-shm", p->zName);
   if( !zShm ){
     rc = SQLITE_NOMEM;
-  }else if( stock_sqlite_active(zShm) && !waldio_db_passthrough(p) ){
+  }else if( stock_sqlite_active(zShm) && !waldio_db_passthrough(p, &rc) && rc==SQLITE_OK ){
     rc = waldio_stock_refusal(zShm);
   }
   sqlite3_free(zShm);

@@ -140,6 +140,19 @@ int log_inherited_error(const waldio_log *pLog){
 
 /* ------------------------------------------------------------- block 0 */
 
+int log_damaged_error(const char *zPath, const u8 *meta){
+  const char *zDamage = wf_block0_damage(meta);
+  size_t n = strlen(zPath);
+  int nDb = (int)(n>4 && strcmp(zPath+n-4, "-wal")==0 ? n-4 : n);
+  return waldio_error(SQLITE_CORRUPT, "%s: block 0 of the log is damaged: %s."
+      " waldio refuses to open the database, because the log may hold"
+      " committed transactions the database file does not have yet. Close"
+      " every connection to it, then run `waldio recover %.*s`: it keeps every"
+      " frame that can be proven committed, says how many it dropped, and"
+      " keeps the damaged log as %s.damaged (docs/format.md section 8)",
+      zPath, zDamage ? zDamage : "no valid superblock", nDb, zPath, zPath);
+}
+
 static int alone(waldio_log *pLog){
   return log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE)==0;
 }
@@ -245,11 +258,7 @@ static int init_file(waldio_log *pLog, const log_request *req){
     if( rc ) return rc;
     d = wf_decode_block0(aMeta, &sb);
     if( d>0 ) return use_existing(pLog, req, &sb, size);
-    if( d<0 ){
-      return waldio_error(SQLITE_CORRUPT, "%s: the waldio superblock is damaged;"
-          " refusing to open a log that may hold committed transactions."
-          " Inspect it with `waldio info`", pLog->zPath);
-    }
+    if( d<0 ) return log_damaged_error(pLog->zPath, aMeta);
     if( wf_parse_sqlite_header(aMeta, &version, &page) ){
       if( version==WAL_FORMAT_VERSION ){
         if( pLog->file.readonly ){
@@ -263,8 +272,7 @@ static int init_file(waldio_log *pLog, const log_request *req){
                                     req->opts, req->layout);
       }
       if( version==WALDIO_GUARD_VERSION ){
-        return waldio_error(SQLITE_CORRUPT, "%s: waldio guard header without a"
-            " superblock; refusing to open", pLog->zPath);
+        return log_damaged_error(pLog->zPath, aMeta);
       }
     }
   }

@@ -112,8 +112,9 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
 waldio_db_file *waldio_db_of(sqlite3_file *pTop);
 /* The open database file a WAL named zWal belongs to (see above), or NULL. */
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
-/* Decide (once the file holds a header) whether p passes through. */
-int waldio_db_passthrough(waldio_db_file *p);
+/* Decide (once the file holds a header) whether p passes through; a read
+** error goes to *pRc. */
+int waldio_db_passthrough(waldio_db_file *p, int *pRc);
 /* The flush region shared by every process (flush_region.h), mapped on
 ** first use; NULL (with *pRc set on an error) where there is none: a
 ** heap-memory wal-index has no other process to share with. */

@@ -697,10 +697,12 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     return waldio_error(SQLITE_CANTOPEN, "%s: cannot find the database this"
                         " WAL belongs to among waldio's open files", zName);
   }
-  if( waldio_db_passthrough(db) ){
+  rc = SQLITE_OK;
+  if( waldio_db_passthrough(db, &rc) ){
     /* Opaque to waldio: the lower VFS's own WAL, on SQLite's file object. */
     return v->pLower->xOpen(v->pLower, zName, (sqlite3_file*)p, flags, pOutFlags);
   }
+  if( rc ) return rc;
   memset(&req, 0, sizeof(req));
   req.opts = &db->opts;
   req.mode = 0644;

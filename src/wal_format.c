@@ -220,6 +220,33 @@ int wf_decode_block0(const u8 *meta, wal_superblock *sb){
   return 1;
 }
 
+const char *wf_block0_damage(const u8 *meta){
+  wal_superblock sb;
+  u32 sum[2], version = 0, page = 0;
+  if( memcmp(meta+SB_OFF_MAGIC, WALDIO_SB_MAGIC, 8)!=0 ){
+    if( wf_parse_sqlite_header(meta, &version, &page)
+     && version==WALDIO_GUARD_VERSION ){
+      return "bytes 32..39 should hold the superblock magic \"WALDIOSB\" (bytes"
+             " 0..31 hold waldio's guard header)";
+    }
+    return 0;
+  }
+  sb_checksum(meta, sum);
+  if( sum[0]!=wf_get32(meta+SB_OFF_CKSUM)
+   || sum[1]!=wf_get32(meta+SB_OFF_CKSUM+4) ){
+    return "the superblock checksum (bytes 104..111) does not match bytes"
+           " 32..103: at least one byte of the superblock changed";
+  }
+  if( wf_decode_block0(meta, &sb)>0 ) return 0;
+  if( wf_get32(meta+SB_OFF_FLAGS) & SB_FLAG_HAS_HEADER ){
+    return "the superblock's geometry (layout, block, header area, page or"
+           " slot size, bytes 44..63) or its copy of SQLite's header (bytes"
+           " 72..103) is inconsistent";
+  }
+  return "the superblock's geometry (layout, block, header area, page or slot"
+         " size, bytes 44..63) is inconsistent";
+}
+
 int wf_tail_is_zero(const u8 *page, u32 pageSize){
   static const u8 zero[WAL_FRAME_HDR_BYTES];
   return memcmp(page + pageSize - WAL_FRAME_HDR_BYTES, zero,

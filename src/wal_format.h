@@ -129,6 +129,11 @@ void wf_encode_block0(const wal_superblock *sb, u8 *meta);
 ** none, -1 if one is present but damaged. */
 int wf_decode_block0(const u8 *meta, wal_superblock *sb);
 
+/* Which check of a damaged block 0 failed, in words (a static string), or
+** NULL if wf_decode_block0() accepts it or it is no waldio log at all. A
+** missing magic counts as damage only next to a guard header (F4). */
+const char *wf_block0_damage(const u8 *meta);
+
 /* Logical frame bytes [lo, hi) (0 <= lo < hi <= P+24) of a slot image. */
 void wf_slot_to_logical(const wal_geometry *g, const u8 *slot, u32 lo, u32 hi,
                         u8 *out);

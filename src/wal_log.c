@@ -548,7 +548,8 @@ static int refresh_meta(waldio_log *pLog, wal_superblock *pOut){
     pthread_mutex_unlock(&pLog->mutex);
     return SQLITE_OK;
   }
-  if( d<=0 || pOut->format!=WALDIO_FORMAT ){
+  if( d<0 ) return log_damaged_error(pLog->zPath, aMeta);
+  if( d==0 || pOut->format!=WALDIO_FORMAT ){
     return waldio_error(SQLITE_CORRUPT, "%s: block 0 no longer holds a waldio"
         " superblock: was the log written by SQLite without waldio while this"
         " connection had it open?", pLog->zPath);

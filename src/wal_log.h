@@ -182,6 +182,10 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
 #define LOG_CLOSE_DIRTY (-1)
 int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep);
 
+/* SQLITE_CORRUPT for a log whose block 0 (meta) is damaged: the message
+** names the log, the damage (wf_block0_damage) and the way out. */
+int log_damaged_error(const char *zPath, const u8 *meta);
+
 /* Non-zero if this log was inherited through fork() (L6): unusable here. */
 int log_inherited(const waldio_log *pLog);
 int log_inherited_error(const waldio_log *pLog);

@@ -1,4 +1,4 @@
-"""`waldio info`, `waldio detach`, `waldio convert`: managing waldio databases.
+"""`waldio info`, `detach`, `convert`, `recover`: managing waldio databases.
 
     waldio info app.db            what the database and its log look like
     waldio info --json app.db
@@ -9,6 +9,10 @@
     waldio convert app.db         give an existing database the 24 reserved
                                   bytes per page that header embedding needs
                                   (sets reserve_bytes, runs VACUUM)
+    waldio recover app.db         a log whose block 0 is damaged: keep every
+                                  frame that can be proven committed, as a
+                                  standard WAL, and say how many were dropped
+                                  (recover.py; --dry-run only reports)
 
 `info` only reads files (block 0 of the log, the database header); it never
 opens the database through SQLite, so it works on a log no SQLite will open.
@@ -24,6 +28,7 @@ from typing import Any, Dict
 
 import waldio
 
+from . import recover as recovery
 from .logformat import EMBED_RESERVE, RESERVE_BYTES_FCNTL, describe_database
 
 
@@ -112,6 +117,15 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_recover(args: argparse.Namespace) -> int:
+    rep = recovery.recover(Path(args.database), dry_run=args.dry_run, force=args.force)
+    if args.json:
+        print(json.dumps(recovery.as_json(rep), indent=2))
+    else:
+        print("\n".join(recovery.summary(rep)))
+    return 0
+
+
 def _existing_file(value: str) -> str:
     if not os.path.isfile(value):
         raise argparse.ArgumentTypeError("no such database file: %s" % value)
@@ -143,3 +157,19 @@ def register(sub: Any) -> None:
     p.add_argument("--reserve", type=int, default=EMBED_RESERVE, choices=range(24, 256),
                    metavar="N", help="reserved bytes per page, 24..255 (default 24)")
     p.set_defaults(func=cmd_convert)
+
+    p = sub.add_parser("recover", help="rescue a log whose block 0 is damaged",
+                       description="For a log that libwaldio refuses because its "
+                                   "superblock is damaged: find SQLite's header and the "
+                                   "log's geometry from what block 0 still proves, keep "
+                                   "every frame SQLite's recovery would accept up to the "
+                                   "last commit, write them as a standard SQLite WAL (the "
+                                   "next waldio open converts it) and keep the damaged log "
+                                   "as DATABASE-wal.damaged. Reports how many frames it "
+                                   "dropped. No process may have the database open.")
+    p.add_argument("database", type=_existing_file)
+    p.add_argument("--dry-run", action="store_true", help="report only, write nothing")
+    p.add_argument("--force", action="store_true",
+                   help="rewrite a log whose block 0 is intact too")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=cmd_recover)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 RESERVE_BYTES_FCNTL = 38
@@ -28,6 +29,12 @@ GUARD_VERSION = 0x57414C44
 
 
 LAYOUTS = {1: "embed", 2: "pad4k", 3: "pad8k"}
+
+
+WAL_HDR, FRAME_HDR = 32, 24
+
+
+SB_MAGIC = b"WALDIOSB"
 
 
 def _u32(b: bytes, off: int) -> int:
@@ -63,19 +70,94 @@ def describe_wal_header(h: bytes) -> Dict[str, Any]:
             "salts": [_u32(h, 16), _u32(h, 20)]}
 
 
+def header_ok(h: bytes) -> bool:
+    """A 32-byte WAL header whose checksum matches (any version)."""
+    return (len(h) >= WAL_HDR and _u32(h, 0) in WAL_MAGICS
+            and wal_checksum(h[:24], bool(_u32(h, 0) & 1)) == (_u32(h, 24), _u32(h, 28)))
+
+
+def as_standard_header(h: bytes) -> bytes:
+    """A WAL header with version 3007000 and the checksum that goes with it."""
+    b = bytearray(h[:WAL_HDR])
+    struct.pack_into(">I", b, 4, WAL_VERSION)
+    struct.pack_into(">II", b, 24, *wal_checksum(bytes(b[:24]), bool(_u32(b, 0) & 1)))
+    return bytes(b)
+
+
+def damage_of(b0: bytes) -> Optional[str]:
+    """What is wrong with a waldio superblock, in words; None if nothing is
+    (or block 0 holds no superblock and no guard: not a waldio log)."""
+    if len(b0) < 112:
+        return "block 0 is shorter than the 112 bytes of a superblock"
+    guard = header_ok(b0[:WAL_HDR]) and _u32(b0, 4) == GUARD_VERSION
+    if b0[32:40] != SB_MAGIC:
+        return ("the superblock's magic (bytes 32..39) is %r instead of %r, while "
+                "bytes 0..31 hold waldio's guard header" % (bytes(b0[32:40]), SB_MAGIC)
+                if guard else None)
+    stored = (_u32(b0, 104), _u32(b0, 108))
+    computed = wal_checksum(bytes(b0[32:104]), True)
+    if stored != computed:
+        return ("the superblock's checksum does not match bytes 32..103 (stored "
+                "%08x %08x, computed %08x %08x): at least one byte in 32..111 changed"
+                % (stored + computed))
+    layout, block, page = _u32(b0, 44), _u32(b0, 48), _u32(b0, 56)
+    if _u32(b0, 40) == 1 and geometry(layout, block, page or 4096) is None:
+        return ("the superblock's geometry is impossible (layout %d, block %d, "
+                "page %d)" % (layout, block, page))
+    return None
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """docs/format.md §3 (src/wal_format.c wf_geometry)."""
+    layout: int
+    block: int
+    page: int
+    area: int
+    slot: int
+    hdr_in_slot: int
+    page_in_slot: int
+
+    def describe(self) -> str:
+        return "%s, %d-byte blocks, %d-byte pages" % (
+            LAYOUTS.get(self.layout, "?"), self.block, self.page)
+
+
+def geometry(layout: int, block: int, page: int) -> Optional[Geometry]:
+    def pow2(x: int) -> bool:
+        return 512 <= x <= 65536 and x & (x - 1) == 0
+    if not pow2(block) or not pow2(page):
+        return None
+    if layout == 1:
+        if page < block:
+            return None
+        return Geometry(1, block, page, block, page, page - FRAME_HDR, 0)
+    if layout in (2, 3):
+        unit = max(4096 if layout == 2 else 8192, block)
+        slot = -(-(block + page) // unit) * unit
+        return Geometry(layout, block, page, unit, slot, 0, block)
+    return None
+
+
 def describe_superblock(b0: bytes) -> Dict[str, Any]:
-    """The waldio superblock in block 0 (docs/format.md §2)."""
-    if len(b0) < 112 or b0[32:40] != b"WALDIOSB":
-        return {"present": False}
+    """The waldio superblock in block 0 (docs/format.md §2), and what is
+    wrong with it if libwaldio would refuse it."""
+    out: Dict[str, Any] = {"present": b0[32:40] == SB_MAGIC}
+    damage = damage_of(b0)
+    if damage:
+        out["damage"] = damage + ("; libwaldio refuses this log: `waldio recover` keeps "
+                                  "every frame that can be proven committed")
+    if len(b0) < 112 or not out["present"]:
+        return out
     ok = wal_checksum(b0[32:104], True) == (_u32(b0, 104), _u32(b0, 108))
     flags = _u32(b0, 64)
-    out: Dict[str, Any] = {
-        "present": True, "checksum_ok": ok, "format": _u32(b0, 40),
+    out.update({
+        "checksum_ok": ok, "format": _u32(b0, 40),
         "layout": LAYOUTS.get(_u32(b0, 44), "unknown(%d)" % _u32(b0, 44)),
         "block_size": _u32(b0, 48), "header_area": _u32(b0, 52),
         "page_size": _u32(b0, 56), "frame_bytes": _u32(b0, 60),
         "holds_frames": bool(flags & 1), "in_use_guard": bool(flags & 2),
-    }
+    })
     if flags & 1:
         out["sqlite_header"] = describe_wal_header(b0[72:104])
     return out
@@ -106,8 +188,8 @@ def describe_database(path: Path) -> Dict[str, Any]:
     return info
 
 
-# The physical log decoded back into SQLite's logical WAL (crash checking).
-WAL_HDR, FRAME_HDR = 32, 24
+# The physical log decoded back into SQLite's logical WAL (crash checking,
+# `waldio recover`).
 
 
 def log_geometry(log: bytes) -> Optional[Dict[str, int]]:

@@ -18,6 +18,11 @@ from typing import Any, Dict
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+# An editable install maps `waldio` to the checkout it was made from through a
+# meta path finder, which wins over sys.path: without it, this checkout's
+# python/ is the one tested (make build puts its libraries in python/waldio/_lib).
+sys.meta_path[:] = [f for f in sys.meta_path
+                    if type(f).__name__ != "ScikitBuildRedirectingFinder"]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

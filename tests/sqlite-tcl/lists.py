@@ -4,7 +4,9 @@ Seconds are one file's wall time through waldio on this machine kind (2 vCPU,
 ext4), measured in runs of the whole list; stock takes the same or less.
 
 FULL runs with waldio's default options (make test: `default`). It holds every
-WAL test file and the pager, savepoint, backup and incrvacuum files, except:
+WAL test file, the pager, savepoint, backup and incrvacuum files, and the
+fault-injection files whose loops use a WAL (pagerfault 40-70 s, sysfault),
+except:
   walcrash3.test      700 s: 10,000 crash-and-recover rounds (stock 400 s)
   walcrash2.test      every one of its 1,025 cases asserts the -wal file size
                       (by design different); tester.tcl gives up after 1,000
@@ -18,10 +20,8 @@ WAL test file and the pager, savepoint, backup and incrvacuum files, except:
                       bytes of the -wal in turn, 18 times (by design different:
                       that is waldio's block 0), and its large-log cases are
                       covered by wal3 and walbig
-  pagerfault.test     215 s (stock 45-80 s): fault-injection loops copy the
-                      preallocated 4 MiB log in every round
   savepoint6.test     195 s: random savepoint operations
-  backup_ioerr.test   280 s, pagerfault2.test 80 s, savepoint4.test 65 s,
+  backup_ioerr.test   120 s, pagerfault2.test 45 s, savepoint4.test 65 s,
   backup_malloc.test 21 s: no WAL at all (rollback journal faults)
 They stay runnable: `run.py --list all`.
 
@@ -33,6 +33,20 @@ files miss; walprotocol (20 s of lock waits, the same in every layout); and
 walcrash (50-60 s), except on default-p4096: crash recovery with the frame
 header inside the page (embed) is the most distinct, and default already runs
 it with padded frames.
+
+USER runs as an unprivileged user (variant default-user, judged by
+stock-user; as root SQLite's permission checks pass whatever the file modes):
+the files that chmod files or open read-only. Its waldio side renames
+test.db-shm to test.db-wal-shm in the script, so that walro and walro2 reach
+their read-only cases instead of stopping at the first test.db-shm.
+
+FAULT: the fault-injection files (SQLite's simulated I/O errors, disk-full,
+OOM), for the rounds report (`run.py --list fault --rounds`): each loop's
+rounds through waldio against stock. The WAL ones are in FULL; the others use
+no WAL, and differ from stock only through the 24 reserved bytes of a new
+database (ioerr-10/-13 rounds, ioerr4-1.6, pagerfault2-1-pre1: stock-reserve
+gives the same). IOERR_LOOPS are those whose loops are tester.tcl's
+do_ioerr_test (rounds NAME.N.1/.2/.3).
 
 EMBED runs with waldio_layout=embed forced on the 4096-byte-page build: only
 files that never ask for pages smaller than a block. Forced embed refuses
@@ -55,8 +69,9 @@ walprotocol2.test walrofault.test walshared.test walthread.test walvfs.test
 OTHER: List[str] = """
 backup.test backup2.test backup4.test backup5.test
 incrvacuum.test incrvacuum2.test incrvacuum3.test incrvacuum_ioerr.test
-pager1.test pager2.test pager3.test pager4.test pagerfault3.test pageropt.test
-savepoint.test savepoint2.test savepoint5.test savepoint7.test savepointfault.test
+pager1.test pager2.test pager3.test pager4.test pagerfault.test pagerfault3.test
+pageropt.test savepoint.test savepoint2.test savepoint5.test savepoint7.test savepointfault.test
+sysfault.test
 """.split()
 
 FULL: List[str] = WAL + OTHER
@@ -72,14 +87,33 @@ walfault2.test walnoshm.test walprotocol2.test walrofault.test walshared.test
 
 LONG: List[str] = """
 walcrash2.test walcrash3.test e_walauto.test walro.test walro2.test
-walsetlk.test walslow.test pagerfault.test pagerfault2.test savepoint4.test savepoint6.test
+walsetlk.test walslow.test pagerfault2.test savepoint4.test savepoint6.test
 backup_ioerr.test backup_malloc.test
 """.split()
 
-ALL: List[str] = FULL + LONG
+USER: List[str] = """
+walro.test walro2.test wal2.test pager1.test rowallock.test walrofault.test
+""".split()
+
+IOERR_LOOPS: List[str] = """
+autovacuum_ioerr2.test incrblob_err.test incrvacuum_ioerr.test ioerr.test
+ioerr2.test ioerr3.test ioerr4.test misc7.test savepointfault.test
+shared_err.test vacuum3.test vtab_err.test
+""".split()
+
+FAULT: List[str] = """
+walfault.test walfault2.test walrofault.test wal4.test pagerfault.test
+sysfault.test pagerfault2.test pagerfault3.test savepointfault.test
+incrvacuum_ioerr.test rollbackfault.test backup_ioerr.test diskfull.test
+ioerr.test ioerr2.test ioerr3.test ioerr4.test ioerr5.test ioerr6.test
+autovacuum_ioerr2.test
+""".split()
+
+ALL: List[str] = FULL + LONG + [f for f in USER + FAULT if f not in FULL + LONG]
 
 LISTS: Dict[str, List[str]] = {
-    "full": FULL, "layout": LAYOUT, "embed": EMBED, "long": LONG, "all": ALL,
+    "full": FULL, "layout": LAYOUT, "embed": EMBED, "long": LONG,
+    "user": USER, "fault": FAULT, "all": ALL,
 }
 
 
@@ -90,4 +124,5 @@ def make_test_plan() -> List[tuple]:
         plan += [(f, variant) for f in LAYOUT]
     plan += [(f, "default-p4096") for f in LAYOUT + ["walcrash.test"]]
     plan += [(f, "embed") for f in EMBED]
+    plan += [(f, "default-user") for f in USER]
     return plan
