@@ -328,10 +328,17 @@ static int wait_for_commit(waldio_db_file *p, waldio_wal_file *pWal){
   pWal->commitShared = 0;
   pWal->inCommit = 0;
   if( log_group_mode(pWal->pLog)<WALDIO_GROUP_DURABLE ) return SQLITE_OK;
-  if( !shared ) return group_wait(pWal->pLog, seq);
+  if( !shared ){
+    rc = group_wait(pWal->pLog, seq);
+    if( rc==SQLITE_OK ) p->strictOwed = 0;
+    return rc;
+  }
   pFlush = waldio_db_flush_region(p, &rc);
   if( pFlush ) rc = flush_region_wait(pWal->pLog, pFlush, seq);
-  if( rc==SQLITE_OK ) log_note_flushed(pWal->pLog, pWal->commitWriteSeq);
+  if( rc==SQLITE_OK ){
+    log_note_flushed(pWal->pLog, pWal->commitWriteSeq);
+    p->strictOwed = 0;              /* durable, and all it saw before it */
+  }
   return rc;
 }
 
@@ -455,11 +462,22 @@ static int dbShmMap(sqlite3_file *f, int iRegion, int szRegion, int bExtend,
   return rc;
 }
 
-/* Strict group mode: a read transaction (its read lock just granted) sees
-** only durable commits. Every commit it can see took its ticket (or was
-** appended to the solo buffer) before it was published, so waiting for
-** what was handed out by now suffices; SQLite re-checks the wal-index
-** header after the lock, and retries if a commit was published since. */
+/* Strict group mode: a read transaction sees only durable commits. Every
+** commit it can see took its ticket (or was appended to the solo buffer)
+** before it was published, so waiting for what was handed out by now
+** suffices.
+**
+** When. A wait at the read lock would make every writer wait too (an SQLite
+** write transaction begins as a read transaction), one flush before its
+** commit and one after. So the wait is made at the transaction's first
+** read of a log frame holding a page other than page 1 (the header SQLite
+** reads to begin), while it does not hold the WAL write lock
+** (waldio_db_strict_read). A transaction that takes the write lock first
+** skips it: its own COMMIT returns only once durable, which covers every
+** commit it saw. If it rolls back instead, pages it read may stay in
+** SQLite's cache, so the next read transaction waits at once (strictOwed).
+** Frames are the only way to commits not yet durable: the database file
+** holds only checkpointed frames, which are durable (F5). */
 static int wait_until_visible_is_durable(waldio_db_file *p){
   waldio_log *pLog = p->pWal->pLog;
   volatile flush_region *pFlush;
@@ -471,6 +489,30 @@ static int wait_until_visible_is_durable(waldio_db_file *p){
   if( rc==SQLITE_OK && !log_group_solo(pLog)
    && (pFlush = waldio_db_flush_region(p, &rc))!=0 ){
     rc = flush_region_wait(pLog, pFlush, flush_region_written(pFlush));
+  }
+  return rc;
+}
+
+int waldio_db_strict_read(waldio_db_file *p, u32 frame){
+  int rc;
+  if( !p->strictPending || p->holdsWriteLock ) return SQLITE_OK;
+  if( frame && wal_index_frame_page(&p->view, frame)==1 ) return SQLITE_OK;
+  p->strictPending = 0;
+  rc = wait_until_visible_is_durable(p);
+  if( rc ) p->strictPending = 1;
+  return rc;
+}
+
+/* A read lock was granted: the strict wait is due now (a rolled-back write
+** transaction skipped it) or at the first frame read. */
+static int strict_begin_read(waldio_db_file *p){
+  int rc = SQLITE_OK;
+  if( log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_STRICT ) return SQLITE_OK;
+  if( p->strictOwed ){
+    rc = wait_until_visible_is_durable(p);
+    if( rc==SQLITE_OK ) p->strictOwed = 0;
+  }else{
+    p->strictPending = 1;
   }
   return rc;
 }
@@ -522,9 +564,13 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   if( waits && rc==SQLITE_BUSY ) t_lockMiss = p;
   if( rc==SQLITE_OK && p->pWal && is_read_lock(ofst, n, flags) ){
     if( t_lockMiss==p ) t_lockMiss = 0;
-    rc = wait_until_visible_is_durable(p);
+    rc = strict_begin_read(p);
     if( rc ) h->pMethods->xShmLock(h, ofst, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
     return rc;
+  }
+  if( rc==SQLITE_OK && n==1 && ofst>=WAL_READ_LOCK_FIRST
+   && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED) ){
+    p->strictPending = 0;                 /* the read transaction ended */
   }
   if( rc==SQLITE_OK && ofst<=WAL_WRITE_LOCK_SLOT
    && WAL_WRITE_LOCK_SLOT<ofst+n ){
@@ -543,6 +589,10 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
       }
     }else if( flags & SQLITE_SHM_EXCLUSIVE ){
       p->holdsWriteLock = 1;
+      if( p->strictPending ){             /* a writer: its COMMIT covers it */
+        p->strictPending = 0;
+        p->strictOwed = 1;
+      }
       if( p->pWal ) p->pWal->wroteUnderLock = 0;
       if( t_lockMiss==p ) t_lockMiss = 0;
       if( p->pFlush ) flush_region_writing(p->pFlush, 1);

@@ -69,7 +69,11 @@ typedef struct waldio_db_file {
   sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
                              ** waldio's wal-index, "<db>-wal-shm": region 0
                              ** the flush region, SQLite's regions after it */
-  volatile flush_region *pFlush;   /* mapped on first need, or NULL */
+  volatile flush_region *pFlush;   /* mapped on first use, or NULL */
+  int strictPending;         /* strict: a read transaction has not yet read
+                             ** a frame it must see durable (db_file.c) */
+  int strictOwed;            /* strict: a write transaction skipped that
+                             ** wait and has not committed durably since */
   const char *zShmHostName;
   /* The lower VFS's file object follows in memory. */
 } waldio_db_file;
@@ -138,6 +142,11 @@ i64 waldio_db_idle_bound(const waldio_db_file *db);
 ** database's mode (and owner, as root); never fails (see there). */
 void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
                         const struct stat *pDb, int readonly);
+
+/* Strict group mode, before a read transaction reads frame `frame` of the
+** log: the first time it reads a page other than page 1 without holding the
+** WAL write lock, wait until what it can see is durable (db_file.c). */
+int waldio_db_strict_read(waldio_db_file *p, u32 frame);
 
 /* xSleep, as SQLite's busy handler calls it right after this thread's
 ** group-mode write lock attempt failed: sleep until the WAL write lock is

@@ -481,6 +481,10 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
     return SQLITE_IOERR_SHORT_READ;
   }
   rc = ensure_batch(p, &g);
+  if( rc==SQLITE_OK ){
+    rc = waldio_db_strict_read(p->pDb, (u32)((pos - WAL_HDR_BYTES)
+                                             / (g.page + WAL_FRAME_HDR_BYTES)) + 1);
+  }
   if( rc==SQLITE_OK ) rc = read_frames(p, &g, out, pos, end);
   return rc;
 }

@@ -21,9 +21,7 @@ u32 wal_index_mx_frame(const volatile void *shm0){
   return mx;
 }
 
-/* The page number frame iFrame (>= 1) holds, or 0 if its region is not
-** mapped. */
-static u32 frame_page(const wal_index_view *v, u32 iFrame){
+u32 wal_index_frame_page(const wal_index_view *v, u32 iFrame){
   u32 iRegion, idx;
   const volatile u32 *a;
   if( iFrame<=NPAGE_ONE ){
@@ -58,7 +56,7 @@ int wal_index_newest_frames(const wal_index_view *v, u32 mxFrame,
   if( !aSet ) return 0;
   memset(aSet, 0, ((size_t)mask + 1) * sizeof(u32));
   for(f=mxFrame; f>=1 && n<nMax; f--){
-    u32 pgno = frame_page(v, f);
+    u32 pgno = wal_index_frame_page(v, f);
     if( pgno==0 ){ n = 0; break; }              /* not mapped: give up */
     if( set_add(aSet, mask, pgno) ) aFrame[n++] = f;
   }

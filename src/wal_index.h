@@ -36,4 +36,8 @@ u32 wal_index_mx_frame(const volatile void *shm0);
 int wal_index_newest_frames(const wal_index_view *v, u32 mxFrame,
                             u32 *aFrame, int nMax);
 
+/* The page number frame iFrame (>= 1) holds, or 0 if its region is not
+** mapped. */
+u32 wal_index_frame_page(const wal_index_view *v, u32 iFrame);
+
 #endif
