@@ -73,14 +73,17 @@ u64 flush_region_ticket(volatile flush_region *r){
 u64 flush_region_written(volatile flush_region *r){ return load64(&r->written); }
 
 
-/* Raise durable to at least upto (never lower it: flushes finish in any
-** order). Returns the value it had. */
-static u64 raise_durable(volatile flush_region *r, u64 upto){
-  u64 cur = load64(&r->durable);
-  while( cur<upto && !__atomic_compare_exchange_n(&r->durable, &cur, upto, 0,
-                                                  __ATOMIC_SEQ_CST,
-                                                  __ATOMIC_SEQ_CST) ){}
+/* Raise *p to at least v (never lower it: flushes finish in any order).
+** Returns the value it had. */
+static u64 raise_max(volatile u64 *p, u64 v){
+  u64 cur = load64(p);
+  while( cur<v && !__atomic_compare_exchange_n(p, &cur, v, 0, __ATOMIC_SEQ_CST,
+                                               __ATOMIC_SEQ_CST) ){}
   return cur;
+}
+
+static u64 raise_durable(volatile flush_region *r, u64 upto){
+  return raise_max(&r->durable, upto);
 }
 
 static volatile u32 *wake_word(volatile flush_region *r, u64 ticket){
@@ -170,6 +173,7 @@ static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
   i64 t0;
   gather(r);
   upto = load64(&r->written);
+  raise_max(&r->flushing, upto);
   t0 = now_us();
   rc = log_flush_now(pLog);
   note_flush_time(r, now_us() - t0);
@@ -184,8 +188,12 @@ static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
   return SQLITE_OK;
 }
 
-/* Lead a flush if no thread or process is leading: SQLITE_OK once led (or
-** found unnecessary), SQLITE_BUSY if another leads, or the flush's error.
+/* Lead a flush if no thread or process is leading, or if the flush under
+** way does not cover ticket (a second one may then start at once, on the
+** second lock byte: a commit that arrives during a flush waits for one
+** flush, not the rest of that one and a whole next one): SQLITE_OK once
+** led (or found unnecessary), SQLITE_BUSY if others lead, or the flush's
+** error.
 **
 ** The leader lock is taken on a descriptor opened for this flush alone and
 ** closed after it. An OFD lock belongs to the open file description, and a
@@ -204,6 +212,10 @@ static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
     rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
     __atomic_store_n(&r->leaderSince, 0, __ATOMIC_SEQ_CST);
     log_lock(sys, fd, LOG_LOCK_LEADER, LOG_UNLOCKED);
+  }else if( fd>=0 && ticket>load64(&r->flushing)
+         && log_lock(sys, fd, LOG_LOCK_LEADER2, LOG_EXCLUSIVE)==0 ){
+    rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
+    log_lock(sys, fd, LOG_LOCK_LEADER2, LOG_UNLOCKED);
   }
   if( fd>=0 ) sys->xClose(fd);
   pthread_mutex_unlock(&pLog->leaderMutex);

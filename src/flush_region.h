@@ -20,7 +20,9 @@
 **           without a flush: its xSync is skipped (early lock release).
 **   wait    At SQLITE_FCNTL_COMMIT_PHASETWO the connection returns once
 **           durable >= its ticket. Otherwise it tries the leader lock
-**           (never waits for it); the leader re-checks, reads written,
+**           (never waits for it; if a flush is under way that does not
+**           cover its ticket, a second lock byte lets one more flush start
+**           at once); the leader re-checks, reads written,
 **           fdatasyncs the log, raises durable to what it read, and wakes
 **           the waiters it made durable, and the holder of the next ticket
 **           to lead the next flush. The others sleep on a futex for at most
@@ -84,6 +86,7 @@ typedef struct flush_region {
   u64 durable;         /* F2 */
   u64 flushes;         /* flushes made for waiters, all processes */
   u32 aWake[FLUSH_WAKE_SLOTS];   /* ticket t sleeps on aWake[t % SLOTS] */
+  u64 flushing;        /* the largest `written` a flush began with */
 } flush_region;
 
 /* Check (and claim, when zeroed) a region this connection just mapped,

@@ -33,6 +33,8 @@
 **                  ever tried, on a descriptor opened for that one flush
 **                  (never one a forked child may share), and released
 **                  before the flusher returns.
+**   LOG_LOCK_LEADER2 the same, for a second flush that starts while the
+**                  first is under way, for commits the first does not cover.
 **
 ** Lock order: INIT, then USE. USE is only ever *tried* (no wait) while INIT
 ** is held, so no two processes can wait for each other. KNOCK and LEADER
@@ -44,7 +46,7 @@
 #include "syscalls.h"
 
 enum { LOG_LOCK_INIT = 0, LOG_LOCK_USE = 1, LOG_LOCK_KNOCK = 2,
-       LOG_LOCK_LEADER = 3 };
+       LOG_LOCK_LEADER = 3, LOG_LOCK_LEADER2 = 4 };
 enum { LOG_UNLOCKED = 0, LOG_SHARED = 1, LOG_EXCLUSIVE = 2 };
 
 /* Set lock `which` to `mode` without waiting. Returns 0, EAGAIN if another

@@ -434,6 +434,7 @@ static void test_fork_while_leading(void){
   fd = open(zWal, O_RDONLY);
   CHECK(fd>=0);
   CHECK(!log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE));
+  CHECK(!log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER2, LOG_EXCLUSIVE));
   close(fd);
   kill(-pLeader, SIGKILL);
   while( waitpid(-pLeader, &status, 0)>0 ){}
