@@ -26,7 +26,13 @@
 **       every connection's SHARED lock in WAL mode excludes. The open then
 **       creates fresh files (log_open.c, the lower VFS for the wal-index).
 **   O3  Nothing here fails an open: a file that can be neither changed nor
-**       replaced is used as it is, and a warning says why.
+**       replaced is used as it is, and a warning says why. errno is left
+**       as it was found (the unix VFS reads errno after its own calls).
+**   O4  Looking never costs a lock: the wal-index is only ever opened
+**       O_PATH here, since closing an ordinary descriptor would drop the
+**       POSIX locks this process's other connections hold on it (its
+**       DMS lock among them; without it, the next process to open the
+**       database would take the wal-index for unused and truncate it).
 */
 #include "vfs_internal.h"
 #include "errors.h"
@@ -46,21 +52,28 @@ static int matches(const struct stat *pFile, const struct stat *pDb, int root){
 }
 
 /* Give the file at zPath the database's mode and owner if it differs (O1).
-** *pEmpty: set when the file is a waldio log holding no generation, or
-** empty. A missing file is OWNER_OK: it will be created right. */
-static int conform(const waldio_syscalls *sys, const char *zPath,
+** *pEmpty: set when the file is empty, or a waldio log (bLog) holding no
+** generation. A missing file is OWNER_OK: it will be created right.
+**
+** The wal-index is opened O_PATH (O4): the unix VFS of this process may
+** hold POSIX locks on it, and closing any ordinary descriptor of a file
+** drops all of them. The log carries only OFD locks, which a close of
+** another descriptor leaves alone, so it is opened to be read. */
+static int conform(const waldio_syscalls *sys, const char *zPath, int bLog,
                    const struct stat *pDb, int *pEmpty){
   struct stat st;
   u8 meta[WALDIO_META_BYTES];
   wal_superblock sb;
   int root = geteuid()==0, rc = OWNER_CANNOT;
-  int fd = sys->xOpen(zPath, O_RDONLY|O_NOFOLLOW|O_NONBLOCK|O_CLOEXEC, 0);
+  int fd = sys->xOpen(zPath, (bLog ? O_RDONLY|O_NONBLOCK : O_PATH)
+                             |O_NOFOLLOW|O_CLOEXEC, 0);
   *pEmpty = 0;
   if( fd<0 ) return errno==ENOENT ? OWNER_OK : OWNER_CANNOT;
   if( sys->xFstat(fd, &st)==0 && S_ISREG(st.st_mode) ){
     if( st.st_size==0 ){
       *pEmpty = 1;
-    }else if( sys->xPread(fd, meta, sizeof(meta), 0)==(ssize_t)sizeof(meta)
+    }else if( bLog
+           && sys->xPread(fd, meta, sizeof(meta), 0)==(ssize_t)sizeof(meta)
            && wf_decode_block0(meta, &sb)>0 ){
       *pEmpty = (sb.flags & SB_FLAG_HAS_HEADER)==0;
     }
@@ -94,10 +107,10 @@ void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
                         const struct stat *pDb, int readonly){
   const waldio_syscalls *sys = &v->sys;
   char *zShm = sqlite3_mprintf("%s-shm", zLog);
-  int logEmpty = 0, shmEmpty = 0, logOk, shmOk;
+  int logEmpty = 0, shmEmpty = 0, logOk, shmOk, savedErrno = errno;
   if( !zShm ) return;
-  logOk = conform(sys, zLog, pDb, &logEmpty)==OWNER_OK;
-  shmOk = conform(sys, zShm, pDb, &shmEmpty)==OWNER_OK;
+  logOk = conform(sys, zLog, 1, pDb, &logEmpty)==OWNER_OK;
+  shmOk = conform(sys, zShm, 0, pDb, &shmEmpty)==OWNER_OK;
   if( ((!logOk && logEmpty) || !shmOk) && !readonly && database_alone(db) ){
     /* Unlinked, as stock SQLite deletes its WAL and -shm: an empty log is
     ** nothing but its preallocation; the wal-index is rebuilt from the log. */
@@ -115,4 +128,5 @@ void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
         : "another connection has the database open");
   }
   sqlite3_free(zShm);
+  errno = savedErrno;           /* O3: a failure here is nobody's business */
 }

@@ -4,10 +4,12 @@
 */
 #include "syscalls.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -19,6 +21,21 @@ static int sys_ioctl(int fd, unsigned long req, void *arg){
 }
 static int sys_lock(int fd, int cmd, struct flock *fl){
   return fcntl(fd, cmd, fl);
+}
+
+/* fchmod and fchown that also take an O_PATH descriptor (log_owner.c opens
+** the wal-index that way: closing such a descriptor releases none of this
+** process's POSIX locks on the file, which the unix VFS holds on it). */
+static int sys_fchmod(int fd, mode_t mode){
+  char zProc[32];
+  if( fchmod(fd, mode)==0 ) return 0;
+  if( errno!=EBADF ) return -1;
+  snprintf(zProc, sizeof(zProc), "/proc/self/fd/%d", fd);
+  return chmod(zProc, mode);
+}
+
+static int sys_fchown(int fd, uid_t uid, gid_t gid){
+  return fchownat(fd, "", uid, gid, AT_EMPTY_PATH);
 }
 
 void waldio_syscalls_default(waldio_syscalls *t){
@@ -41,8 +58,8 @@ void waldio_syscalls_default(waldio_syscalls *t){
   t->xIoctl = sys_ioctl;
   t->xRename = rename;
   t->xUnlink = unlink;
-  t->xFchmod = fchmod;
-  t->xFchown = fchown;
+  t->xFchmod = sys_fchmod;
+  t->xFchown = sys_fchown;
 }
 
 static const struct { const char *zName; size_t off; } aName[] = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any, Dict
 
@@ -119,3 +120,50 @@ def test_a_symbolic_link_at_the_log_path_is_never_followed(sqlite: Any, dbdir: P
     conn.close()
     assert victim.read_bytes() == b"precious"
     assert os.stat(victim).st_mode & 0o777 == 0o644
+
+
+_PROBE = """
+import fcntl, os, struct, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+probe = struct.pack("hh4xqqi4x", fcntl.F_WRLCK, os.SEEK_SET, 128, 1, 0)
+got = fcntl.fcntl(fd, fcntl.F_GETLK, probe)
+print(struct.unpack("hh4xqqi4x", got)[0] != fcntl.F_UNLCK)
+"""
+
+
+def _dms_lock_held(shm: Path) -> bool:
+    """Does a lock cover the unix VFS's DMS byte of a wal-index (os_unix.c
+    UNIX_SHM_DMS, byte 128)? Asked from another process: a probe in this one
+    would open and close the file, and so drop the very locks it looks for."""
+    out = subprocess.run([sys.executable, "-c", _PROBE, str(shm)], check=True,
+                         capture_output=True, text=True, timeout=60).stdout
+    return out.strip() == "True"
+
+
+def test_looking_at_the_files_keeps_this_process_locks(sqlite: Any, dbdir: Path) -> None:
+    """O4: a second connection's WAL open looks at (and here, chmods) the
+    wal-index while the first connection's unix VFS holds POSIX locks on it.
+    Closing an ordinary descriptor of the file would drop them all -- the
+    DMS lock among them, after which the next process to open the database
+    would take the wal-index for unused and truncate it under this one."""
+    user("root")
+    db = dbdir / "locks.db"
+    shm = Path(str(db) + "-wal-shm")
+    first = sqlite.waldio(db)
+    try:
+        first.execute("PRAGMA journal_mode=WAL")
+        first.execute("CREATE TABLE t(x)")
+        first.execute("INSERT INTO t VALUES (1)")
+        assert _dms_lock_held(shm)
+        os.chmod(db, 0o600)                              # the open must chmod
+        second = sqlite.waldio(db)
+        try:
+            assert second.execute("SELECT count(*) FROM t")[0][0] == 1
+            assert os.stat(shm).st_mode & 0o777 == 0o600
+            assert _dms_lock_held(shm), "the wal-index lost this process's locks"
+        finally:
+            second.close()
+        assert _dms_lock_held(shm)
+        assert first.execute("SELECT count(*) FROM t")[0][0] == 1
+    finally:
+        first.close()

@@ -55,6 +55,8 @@ GROUPS: Dict[str, str] = {
                 "(wal_log.h L4)",
     "fewer-calls": "a fault loop with fewer rounds: the workload makes fewer "
                    "calls through waldio",
+    "file-mode": "chmods the -wal or its wal-index by hand: waldio gives "
+                 "both the database's mode at every WAL open",
     "stock": "fails on stock SQLite too, printing the same",
     "unfiled": "found by regenerate.py, not yet explained: never excused",
 }
