@@ -10,6 +10,7 @@
 ** only if such a write is still unflushed (armedSeq > flushedSeq): another
 ** sync (a checkpoint's, SQLite's) may have covered it, and a flush then
 ** would only write back the next transaction's spilled frames early.
+** The thread takes no signals (start_without_signals).
 */
 #include "log_flusher.h"
 #include "log_group.h"
@@ -17,6 +18,7 @@
 #include "sqlite_api.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -73,6 +75,21 @@ static void *flusher_main(void *pArg){
   return 0;
 }
 
+/* The thread blocks every signal (a new thread inherits its creator's mask):
+** an application's signals go to its own threads. Otherwise the kernel may
+** pick this one for a process-directed signal such as SIGTERM, and a
+** handler that must interrupt the main thread's blocking call (Python's run
+** only there) waits for the main thread to wake up by itself. */
+static int start_without_signals(pthread_t *pThread, waldio_log *pLog){
+  sigset_t all, old;
+  int rc;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  rc = pthread_create(pThread, 0, flusher_main, pLog);
+  pthread_sigmask(SIG_SETMASK, &old, 0);
+  return rc;
+}
+
 static log_flusher *flusher_start(waldio_log *pLog){
   pthread_condattr_t attr;
   log_flusher *f = calloc(1, sizeof(*f));
@@ -82,7 +99,7 @@ static log_flusher *flusher_start(waldio_log *pLog){
   pthread_cond_init(&f->cond, &attr);
   pthread_condattr_destroy(&attr);
   pLog->pFlusher = f;
-  if( pthread_create(&f->thread, 0, flusher_main, pLog) ){
+  if( start_without_signals(&f->thread, pLog) ){
     pthread_cond_destroy(&f->cond);
     free(f);
     pLog->pFlusher = 0;

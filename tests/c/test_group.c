@@ -2,13 +2,16 @@
 ** test_group.c — group commit paths only a C program can reach: a
 ** background group write that fails (reported to the next call, never
 ** swallowed), and a process that exit()s without closing its database
-** (the atexit hook writes what the group buffer still holds).
+** (the atexit hook writes what the group buffer still holds), and the
+** background thread taking no signals.
 */
 #include "check.h"
 #include "test_util.h"
 #include "waldio.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 
@@ -88,6 +91,60 @@ static void test_exit_writes_the_buffer(const char *zDb){
   sqlite3_close(db);
 }
 
+/* Threads of this process besides the calling one, or -1. */
+static int threads_other_than_this(void){
+  struct dirent *e;
+  int n = 0;
+  DIR *d = opendir("/proc/self/task");
+  if( !d ) return -1;
+  while( (e = readdir(d))!=0 ) n += e->d_name[0]!='.';
+  closedir(d);
+  return n - 1;
+}
+
+/* Threads of this process other than the calling one that do not block
+** SIGTERM (their SigBlk line in /proc), or -1 if /proc cannot say. */
+static int threads_taking_sigterm(void){
+  char zPath[300], zLine[200];
+  struct dirent *e;
+  int n = 0, self = (int)gettid();
+  DIR *d = opendir("/proc/self/task");
+  if( !d ) return -1;
+  while( (e = readdir(d))!=0 ){
+    unsigned long long blk = 0;
+    FILE *f;
+    if( e->d_name[0]=='.' || atoi(e->d_name)==self ) continue;
+    snprintf(zPath, sizeof(zPath), "/proc/self/task/%s/status", e->d_name);
+    if( (f = fopen(zPath, "r"))==0 ) continue;
+    while( fgets(zLine, sizeof(zLine), f) ){
+      if( sscanf(zLine, "SigBlk: %llx", &blk)==1 ) break;
+    }
+    fclose(f);
+    if( (blk & (1ULL<<(SIGTERM-1)))==0 ) n++;
+  }
+  closedir(d);
+  return n;
+}
+
+/* A signal sent to the process must reach the application's threads: the
+** flusher (running for the async group) blocks every signal. Otherwise the
+** kernel may hand it SIGTERM, and a handler that must interrupt the main
+** thread's blocking call (Python runs its handlers only there) waits for
+** that call to end by itself: a multiprocessing pool's terminate() then
+** hung forever. */
+static void test_background_thread_takes_no_signals(const char *zDb){
+  sqlite3 *db;
+  int i;
+  remove_db(zDb);
+  db = open_group(zDb, "async", 5);
+  CHECK_EQ(sqlite3_exec(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x);", 0, 0, 0),
+           SQLITE_OK);
+  for(i=0; i<10; i++) CHECK_EQ(insert(db), SQLITE_OK);
+  CHECK(threads_other_than_this()>0);      /* the flusher runs */
+  CHECK_EQ(threads_taking_sigterm(), 0);
+  sqlite3_close(db);
+}
+
 int main(void){
   char zDir[300], zDb[400];
   sqlite3_vfs *v;
@@ -98,6 +155,7 @@ int main(void){
   v->xSetSystemCall(v, "waldio_pwrite", (sqlite3_syscall_ptr)flaky_pwrite);
   test_exit_writes_the_buffer(zDb);
   test_failed_background_write(zDb);
+  test_background_thread_takes_no_signals(zDb);
   remove_db(zDb);
   rmdir(zDir);
   return CHECK_DONE();

@@ -137,11 +137,23 @@ def check_keys(rec_dir: Path, keys: Sequence[RealKey], *, jobs: int, cross_check
         # Always processes of their own (also for one job): the checkers
         # switch waldio's syncs off, which must not leak into the caller.
         import multiprocessing as mp
-        with mp.get_context("spawn").Pool(max(1, jobs), initializer=_init_worker) as pool:
+        pool = mp.get_context("spawn").Pool(max(1, jobs), initializer=_init_worker)
+        try:
             for part in pool.imap_unordered(_check_chunk, tasks):
                 out += part
                 if progress:
                     progress(len(out), len(order))
+            # Done: the workers leave at the end of the task queue. Not
+            # Pool.terminate (what `with Pool` does): its SIGTERM can find a
+            # worker blocked on the queue lock that terminate holds, with
+            # the signal taken by another thread, and the join then waits
+            # forever.
+            pool.close()
+        except BaseException:
+            pool.terminate()
+            raise
+        finally:
+            pool.join()
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return out
