@@ -9,6 +9,7 @@
 #include "wal_index.h"
 #include "sqlite_api.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #define HDR_WORDS   (136 / 4)                 /* 2 headers + checkpoint info */
@@ -52,15 +53,14 @@ int wal_index_newest_frames(const wal_index_view *v, u32 mxFrame,
   u32 *aSet, mask = 63, f;
   int n = 0, i;
   while( mask/2<(u32)nMax ) mask = mask*2 + 1;  /* the set holds <= nMax */
-  aSet = sqlite3_malloc64(((u64)mask + 1) * sizeof(u32));
+  aSet = calloc((size_t)mask + 1, sizeof(u32));
   if( !aSet ) return 0;
-  memset(aSet, 0, ((size_t)mask + 1) * sizeof(u32));
   for(f=mxFrame; f>=1 && n<nMax; f--){
     u32 pgno = wal_index_frame_page(v, f);
     if( pgno==0 ){ n = 0; break; }              /* not mapped: give up */
     if( set_add(aSet, mask, pgno) ) aFrame[n++] = f;
   }
-  sqlite3_free(aSet);
+  free(aSet);
   for(i=0; i<n/2; i++){                         /* ascending */
     u32 t = aFrame[i];
     aFrame[i] = aFrame[n-1-i];

@@ -211,11 +211,14 @@ static i64 snapshot_end(const waldio_log *pLog, const volatile void *shm0,
 }
 
 /* Ask for the newest frame of every page of the snapshot, in runs of
-** consecutive slots. Returns 0 if the wal-index could not tell. */
+** consecutive slots. Returns 0 if the wal-index could not tell. Scratch
+** memory from libc, not SQLite: whether a read misses the page cache is the
+** kernel's affair, and an SQLite allocation here would make the number of
+** allocations of a statement (SQLite's OOM fault loops) vary run to run. */
 static int prefetch_newest(waldio_log *pLog, const wal_index_view *pView,
                            const wal_geometry *g, u32 mxFrame){
   int nMax = (int)(RA_MAX / g->slot), n, i, j;
-  u32 *aFrame = pView ? sqlite3_malloc64((u64)nMax * sizeof(u32)) : 0;
+  u32 *aFrame = pView ? malloc((size_t)nMax * sizeof(u32)) : 0;
   if( !aFrame ) return 0;
   n = wal_index_newest_frames(pView, mxFrame, aFrame, nMax);
   for(i=0; i<n; i=j){
@@ -223,7 +226,7 @@ static int prefetch_newest(waldio_log *pLog, const wal_index_view *pView,
     dio_prefetch(&pLog->file, wf_slot_offset(g, aFrame[i]),
                  (i64)(j - i) * g->slot);
   }
-  sqlite3_free(aFrame);
+  free(aFrame);
   return n>0;
 }
 
