@@ -396,8 +396,11 @@ def test_cli_reproduces_the_readme_per_commit_figures(tmp_path: Path) -> None:
 @pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)])
 def test_cli_interrupted_releases_everything(tmp_path: Path, sig: int, status: int) -> None:
     _skip_unless("ext4")
+    # As from an interactive shell: a job started with `&` by a non-interactive
+    # one (a CI script) inherits SIGINT ignored, and Python then keeps it so.
     proc = _cli(["--modes", "wal-full", "--transactions", "1000000", "--warmup", "0",
-                 "--out", str(tmp_path), "--plain", "--quiet"])
+                 "--out", str(tmp_path), "--plain", "--quiet"],
+                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 60
         while not bt.leftover_trace_instances(proc.pid):       # inside a traced repetition
