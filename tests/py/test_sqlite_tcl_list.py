@@ -241,3 +241,21 @@ def test_regenerate_records_values_in_place() -> None:
     assert new.lookup("x.test", "x-4", "default")[0].group == "stock"
     v = expected.judge(waldio, stock, new)
     assert list(v.unexpected) == ["x-3"]        # unfiled is never excused
+
+
+def test_a_loop_listed_with_a_pattern_may_reach_stock_but_not_fall_further() -> None:
+    """walfault-9's OOM loop moves by a round or so between runs: listed with
+    a range, a run at stock's count is fine; one far below it is flagged."""
+    file, variant, loop = "walfault.test", "default", "walfault-9-oom-persistent"
+    case = f"<rounds:{loop}>"
+    hit = LIST.lookup(file, case, variant)
+    assert hit is not None and all(e.op == "~" for e in hit[1])
+    same = judged(result(file, variant, [], {loop: 378}),
+                  result(file, "stock", [], {loop: 378}))
+    assert same.ok and case not in same.stale
+    listed_value = judged(result(file, variant, [], {loop: 375}),
+                          result(file, "stock", [], {loop: 378}))
+    assert listed_value.ok, listed_value.unexpected
+    far = judged(result(file, variant, [], {loop: 300}),
+                 result(file, "stock", [], {loop: 378}))
+    assert list(far.unexpected) == [case]
