@@ -54,7 +54,13 @@ class _Worker:
             return ""
 
     def _died(self) -> str:
-        rc = self.proc.poll()
+        # Its output closed: it is usually exiting. Wait a little for its
+        # status, which says more than the closed pipe (the reader sees EOF
+        # before the kernel reaps the process).
+        try:
+            rc: Optional[int] = self.proc.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            rc = None
         tail = self.stderr_tail()
         return (f"exited with status {rc}" if rc is not None else "closed its output") + \
             (f": {tail}" if tail else "")
