@@ -27,7 +27,9 @@
 **                           (wal_format.c F4), instead of reading the physical
 **                           log through a waldio wal-index.
 **   xShmMap                 remembers wal-index region 0 for the cache epoch.
-**   xShmLock                notes when this connection holds WAL_WRITE_LOCK.
+**   xShmLock                notes when this connection holds WAL_WRITE_LOCK,
+**                           and its read lock (given back early by a
+**                           durable commit that waits for its flush).
 **   xShmBarrier             SQLite calls it between writing the two copies
 **                           of the wal-index header, i.e. while publishing a
 **                           commit: the held frame header is written first
@@ -241,6 +243,7 @@ static int dbClose(sqlite3_file *f){
 }
 static int dbRead(sqlite3_file *f, void *z, int n, sqlite3_int64 off){
   t_lastDb = D(f);
+  if( D(f)->releasedSlot ) return waldio_db_read_released(D(f));
   return ORIGFILE(f)->pMethods->xRead(ORIGFILE(f), z, n, off);
 }
 static int dbWrite(sqlite3_file *f, const void *z, int n, sqlite3_int64 off){
@@ -318,6 +321,48 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
   }
 }
 
+/* Early read-lock release. A commit that waits for its flush after SQLite
+** released the WAL write lock would hold its read lock, whose read mark is
+** older than the commit, until COMMIT returns: no checkpoint could backfill
+** its frames, nor any after them, while it waits, and SQLite restarts the
+** log only after a checkpoint backfilled all of it. When no other
+** statement of the connection is running, SQLite ends the read transaction
+** right after COMMIT_PHASETWO without reading a page (btree.c
+** btreeEndTransaction: nVdbeRead<=1; the running statement counts until
+** sqlite3VdbeHalt returns), so the lock is given back before the wait.
+** SQLite's own unlock of it is then skipped (dbShmLock), and a read in
+** between fails closed (dbRead, wal_file.c), which only a shared-cache
+** sibling could attempt. (Under a saturating load the log still grows:
+** other commits land during every checkpoint; docs/durability.md.) */
+static int only_statement_running(waldio_db_file *p){
+  sqlite3 *db = p->ppBtreeDb ? *p->ppBtreeDb : 0;
+  sqlite3_stmt *pStmt = 0;
+  int n = 0;
+  if( !db ) return 0;
+  while( (pStmt = sqlite3_next_stmt(db, pStmt))!=0 ){
+    if( sqlite3_stmt_busy(pStmt) && ++n>1 ) return 0;
+  }
+  return n==1;                  /* none: not a statement's commit (backup) */
+}
+
+static void release_read_lock_early(waldio_db_file *p){
+  int rc;
+  sqlite3_file *h;
+  if( !p->readSlot || !only_statement_running(p) ) return;
+  h = shm_host(p, &rc);
+  if( h && h->pMethods->xShmLock(h, p->readSlot, 1,
+                                 SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED)==SQLITE_OK ){
+    p->releasedSlot = p->readSlot;
+    p->readSlot = 0;
+  }
+}
+
+int waldio_db_read_released(waldio_db_file *p){
+  return waldio_error(SQLITE_IOERR_READ, "%s: a read after this connection's"
+      " wal-index read lock was given back for a durable commit's wait (is"
+      " the database open in shared-cache mode?)", p->zName);
+}
+
 /* COMMIT_PHASETWO of a group commit: return once it is durable (durable,
 ** strict), at once otherwise (async: the deadline flushes it). */
 static int wait_for_commit(waldio_db_file *p, waldio_wal_file *pWal){
@@ -328,6 +373,7 @@ static int wait_for_commit(waldio_db_file *p, waldio_wal_file *pWal){
   pWal->commitShared = 0;
   pWal->inCommit = 0;
   if( log_group_mode(pWal->pLog)<WALDIO_GROUP_DURABLE ) return SQLITE_OK;
+  release_read_lock_early(p);
   if( !shared ){
     rc = group_wait(pWal->pLog, seq);
     if( rc==SQLITE_OK ) p->strictOwed = 0;
@@ -553,6 +599,14 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   int rc, waits;
   sqlite3_file *h = shm_host(p, &rc);
   if( !h ) return rc;
+  if( p->releasedSlot && n==1 && ofst>=WAL_READ_LOCK_FIRST ){
+    int skip = ofst==p->releasedSlot && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
+    p->releasedSlot = 0;                  /* the read transaction ended */
+    if( skip ){
+      p->strictPending = 0;
+      return SQLITE_OK;                   /* given back already */
+    }
+  }
   call.h = h; call.ofst = ofst; call.n = n; call.flags = flags;
   waits = lock_waits_for_writer(p, ofst, n, flags);
   if( waits ){
@@ -566,11 +620,13 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
     if( t_lockMiss==p ) t_lockMiss = 0;
     rc = strict_begin_read(p);
     if( rc ) h->pMethods->xShmLock(h, ofst, n, SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED);
+    else p->readSlot = ofst;
     return rc;
   }
   if( rc==SQLITE_OK && n==1 && ofst>=WAL_READ_LOCK_FIRST
    && flags==(SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED) ){
     p->strictPending = 0;                 /* the read transaction ended */
+    if( ofst==p->readSlot ) p->readSlot = 0;
   }
   if( rc==SQLITE_OK && ofst<=WAL_WRITE_LOCK_SLOT
    && WAL_WRITE_LOCK_SLOT<ofst+n ){

@@ -74,6 +74,11 @@ typedef struct waldio_db_file {
                              ** a frame it must see durable (db_file.c) */
   int strictOwed;            /* strict: a write transaction skipped that
                              ** wait and has not committed durably since */
+  int readSlot;              /* the wal-index read lock SQLite holds through
+                             ** this connection (WAL_READ_LOCK(i) = 3+i), 0 */
+  int releasedSlot;          /* that lock, released early for a durable
+                             ** commit's wait (db_file.c): SQLite's own
+                             ** unlock of it is skipped; 0 */
   const char *zShmHostName;
   /* The lower VFS's file object follows in memory. */
 } waldio_db_file;
@@ -147,6 +152,9 @@ void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
 ** log: the first time it reads a page other than page 1 without holding the
 ** WAL write lock, wait until what it can see is durable (db_file.c). */
 int waldio_db_strict_read(waldio_db_file *p, u32 frame);
+/* A read while the connection's read lock is given back (db_file.c): an
+** error, never a read outside a snapshot. */
+int waldio_db_read_released(waldio_db_file *p);
 
 /* xSleep, as SQLite's busy handler calls it right after this thread's
 ** group-mode write lock attempt failed: sleep until the WAL write lock is

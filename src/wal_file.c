@@ -457,6 +457,7 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
   int rc;
 
   p->inCommit = 0;
+  if( p->pDb && p->pDb->releasedSlot ) return waldio_db_read_released(p->pDb);
   rc = flush_if_read(p, iOfst, iAmt);
   if( rc ) return rc;
   if( pos<WAL_HDR_BYTES ){

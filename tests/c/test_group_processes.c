@@ -42,11 +42,15 @@ enum { HOOK_NONE, HOOK_KILL_IN_FLUSH, HOOK_STOP_IN_FLUSH, HOOK_FAIL_FLUSH,
        HOOK_GATE_FLUSH, HOOK_KILL_AFTER_WRITE };
 static int g_hook, g_hookAfter, g_calls, g_gateFd = -1;
 static char g_gateFile[600];     /* while it exists, flushes wait at the gate */
+static char g_atGateFile[620];   /* made when a flush reaches the closed gate */
 
 static int hooked_fdatasync(int fd){
   if( g_hook==HOOK_GATE_FLUSH ){
     char c;
-    if( access(g_gateFile, F_OK)==0 && read(g_gateFd, &c, 1)!=1 ) _exit(97);
+    if( access(g_gateFile, F_OK)==0 ){
+      if( g_atGateFile[0] ) close(open(g_atGateFile, O_CREAT|O_WRONLY, 0644));
+      if( read(g_gateFd, &c, 1)!=1 ) _exit(97);
+    }
   }else if( g_hook!=HOOK_NONE && g_hook!=HOOK_KILL_AFTER_WRITE
          && ++g_calls>g_hookAfter ){
     if( g_hook==HOOK_KILL_IN_FLUSH ) raise(SIGKILL);
@@ -379,6 +383,109 @@ static void test_strict_readers(void){
   close(outD);
 }
 
+/* ------------------------------------------------------ early read release */
+
+/* Shut the gate, and spawn a durable writer of one row whose flush waits
+** there; return once it does (its commit published, COMMIT waiting). */
+static pid_t spawn_gated_writer(int who, int *pGate, int *pAckFd){
+  int gate[2], fd, i;
+  pid_t pid;
+  snprintf(g_gateFile, sizeof(g_gateFile), "%s-gate", g_db);
+  snprintf(g_atGateFile, sizeof(g_atGateFile), "%s-at-gate", g_db);
+  unlink(g_atGateFile);
+  if( pipe(gate) ) return -1;
+  fd = open(g_gateFile, O_CREAT|O_WRONLY, 0644);
+  close(fd);
+  g_gateFd = gate[0];
+  pid = spawn_writer(who, "durable", "FULL", 1, HOOK_GATE_FLUSH, 0, pAckFd);
+  g_gateFd = -1;
+  close(gate[0]);
+  for(i=0; i<2000 && access(g_atGateFile, F_OK)!=0; i++) usleep(10000);
+  CHECK(access(g_atGateFile, F_OK)==0);
+  g_atGateFile[0] = 0;
+  *pGate = gate[1];
+  return pid;
+}
+
+static void open_gate(pid_t pid, int gate, int ackFd){
+  int i;
+  unlink(g_gateFile);
+  for(i=0; i<64; i++) CHECK(write(gate, "g", 1)==1);
+  close(gate);
+  CHECK_EQ(wait_exit(pid, 60), 0);
+  CHECK_EQ(acked(ackFd), 1);
+}
+
+/* A commit waiting for its flush gave its read lock back before waiting:
+** a checkpoint in another process backfills the whole log, the waiting
+** commit's frames included. (Before, the waiter's read mark, older than
+** its commit, held every checkpoint short; with many processes one is
+** always waiting, so SQLite never restarted the log, and the log grew.) */
+static void test_waiter_lets_checkpoint_finish(void){
+  int gate = -1, ackFd = -1, nLog = -1, nCkpt = -2, go, out, n = -1;
+  pid_t pid, pR;
+  sqlite3 *db;
+  fresh_db();
+  pR = spawn_reader("off", &go, &out);    /* the writer starts shared */
+  CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==0);
+  /* A first commit starts the log's generation (SQLite syncs its header
+  ** before publishing anything): before the gate shuts. */
+  CHECK_EQ(commit_rows(6, "off", "FULL", 3, -1), 0);
+  pid = spawn_gated_writer(7, &gate, &ackFd);
+  db = open_db("off", "FULL");
+  CHECK_EQ(rows_of(db, 7), 1);              /* published, not yet durable */
+  CHECK_EQ(sqlite3_wal_checkpoint_v2(db, "main", SQLITE_CHECKPOINT_PASSIVE,
+                                     &nLog, &nCkpt), SQLITE_OK);
+  CHECK(nLog>0);
+  CHECK_EQ(nCkpt, nLog);
+  open_gate(pid, gate, ackFd);
+  CHECK_EQ(rows_of(db, 7), 1);
+  check_integrity(db);
+  sqlite3_close(db);
+  close(go);
+  CHECK_EQ(wait_exit(pR, 60), 0);
+  close(out);
+}
+
+/* A commit made while another statement of its connection is still
+** reading keeps the read lock: that statement goes on in its snapshot,
+** and a checkpoint stops short of it. */
+static void test_reading_statement_keeps_its_snapshot(void){
+  int go, out, nLog = -1, nCkpt = -2, seen = 0, rc, n = -1;
+  pid_t pid;
+  sqlite3 *db, *other;
+  sqlite3_stmt *pStmt = 0;
+  fresh_db();
+  CHECK_EQ(commit_rows(1, "off", "FULL", 5, -1), 0);
+  pid = spawn_reader("durable", &go, &out);  /* a second process: shared mode */
+  CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==5);
+  db = open_db("durable", "FULL");
+  other = open_db("off", "FULL");
+  CHECK_EQ(sqlite3_prepare_v2(db, "SELECT n FROM t WHERE who=1 ORDER BY n",
+                              -1, &pStmt, 0), SQLITE_OK);
+  CHECK_EQ(sqlite3_step(pStmt), SQLITE_ROW);
+  seen = 1;
+  CHECK_EQ(insert(db, 2, 1), SQLITE_OK);    /* commits while pStmt reads */
+  CHECK_EQ(insert(other, 3, 1), SQLITE_OK);
+  CHECK_EQ(sqlite3_wal_checkpoint_v2(other, "main", SQLITE_CHECKPOINT_PASSIVE,
+                                     &nLog, &nCkpt), SQLITE_OK);
+  CHECK(nCkpt<nLog);                        /* pStmt's read mark holds it */
+  while( (rc = sqlite3_step(pStmt))==SQLITE_ROW ){
+    CHECK_EQ(sqlite3_column_int(pStmt, 0), ++seen);
+  }
+  CHECK_EQ(rc, SQLITE_DONE);
+  CHECK_EQ(seen, 5);
+  sqlite3_finalize(pStmt);
+  CHECK_EQ(sqlite3_wal_checkpoint_v2(other, "main", SQLITE_CHECKPOINT_PASSIVE,
+                                     &nLog, &nCkpt), SQLITE_OK);
+  CHECK_EQ(nCkpt, nLog);                    /* and not once it is done */
+  sqlite3_close(db);
+  sqlite3_close(other);
+  close(go);
+  CHECK_EQ(wait_exit(pid, 60), 0);
+  close(out);
+}
+
 /* ------------------------------------------------------------------ fork */
 
 static volatile int g_stopThreads;
@@ -461,6 +568,10 @@ int main(void){
   test_failed_flush();
   fprintf(stderr, "  strict and durable readers\n");
   test_strict_readers();
+  fprintf(stderr, "  a waiting commit lets a checkpoint finish\n");
+  test_waiter_lets_checkpoint_finish();
+  fprintf(stderr, "  a reading statement keeps its snapshot\n");
+  test_reading_statement_keeps_its_snapshot();
   fprintf(stderr, "  fork while leading, then killed\n");
   test_fork_while_leading();
   remove_db(g_db);
