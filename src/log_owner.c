@@ -52,8 +52,8 @@ static int matches(const struct stat *pFile, const struct stat *pDb, int root){
 }
 
 /* Give the file at zPath the database's mode and owner if it differs (O1).
-** *pEmpty: set when the file is empty, or a waldio log (bLog) holding no
-** generation. A missing file is OWNER_OK: it will be created right.
+** *pEmpty (if not NULL): set when the file is empty, or a waldio log (bLog)
+** holding no generation. A missing file is OWNER_OK: it will be created right.
 **
 ** The wal-index is opened O_PATH (O4): the unix VFS of this process may
 ** hold POSIX locks on it, and closing any ordinary descriptor of a file
@@ -67,12 +67,12 @@ static int conform(const waldio_syscalls *sys, const char *zPath, int bLog,
   int root = geteuid()==0, rc = OWNER_CANNOT;
   int fd = sys->xOpen(zPath, (bLog ? O_RDONLY|O_NONBLOCK : O_PATH)
                              |O_NOFOLLOW|O_CLOEXEC, 0);
-  *pEmpty = 0;
+  if( pEmpty ) *pEmpty = 0;
   if( fd<0 ) return errno==ENOENT ? OWNER_OK : OWNER_CANNOT;
   if( sys->xFstat(fd, &st)==0 && S_ISREG(st.st_mode) ){
-    if( st.st_size==0 ){
+    if( pEmpty && st.st_size==0 ){
       *pEmpty = 1;
-    }else if( bLog
+    }else if( pEmpty && bLog
            && sys->xPread(fd, meta, sizeof(meta), 0)==(ssize_t)sizeof(meta)
            && wf_decode_block0(meta, &sb)>0 ){
       *pEmpty = (sb.flags & SB_FLAG_HAS_HEADER)==0;
@@ -107,10 +107,10 @@ void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
                         const struct stat *pDb, int readonly){
   const waldio_syscalls *sys = &v->sys;
   char *zShm = sqlite3_mprintf("%s-shm", zLog);
-  int logEmpty = 0, shmEmpty = 0, logOk, shmOk, savedErrno = errno;
+  int logEmpty = 0, logOk, shmOk, savedErrno = errno;
   if( !zShm ) return;
   logOk = conform(sys, zLog, 1, pDb, &logEmpty)==OWNER_OK;
-  shmOk = conform(sys, zShm, 0, pDb, &shmEmpty)==OWNER_OK;
+  shmOk = conform(sys, zShm, 0, pDb, 0)==OWNER_OK;
   if( ((!logOk && logEmpty) || !shmOk) && !readonly && database_alone(db) ){
     /* Unlinked, as stock SQLite deletes its WAL and -shm: an empty log is
     ** nothing but its preallocation; the wal-index is rebuilt from the log. */
