@@ -264,8 +264,9 @@ def test_a_loop_listed_with_a_pattern_may_reach_stock_but_not_fall_further() -> 
 def test_a_poisoned_round_may_pass_but_not_print_otherwise() -> None:
     """The round whose fault hits the log's flush moved once in CI (no
     transient round of walfault-15 failed): a listed poisoned round that
-    passes is not stale; failing, it must still print its listed value,
-    and a listed case of another group that passes is stale."""
+    passes is not stale; failing, it must still print its listed value
+    (a passing case of another group is stale:
+    test_a_listed_case_that_passes_is_stale)."""
     file, variant = "walfault.test", "default"
     case = "walfault-15-ioerr-transient.14"
     assert LIST.lookup(file, case, variant)[0].group == "poisoned"
