@@ -270,6 +270,23 @@ def test_bad_options_are_usage_errors(argv: List[str], needles: List[str], rundi
         assert n in err, err
 
 
+def test_the_default_image_grows_with_what_a_cell_may_log() -> None:
+    """Under a saturating load the log never restarts (README, "Many processes"): a
+    longer cell, or more processes running a fixed count, gets a larger image; the
+    default 2 s cell keeps room beyond the templates' 1 GiB."""
+    base = B.resolve_settings("mobibench-2015", {})
+
+    def size(**kw: Any) -> int:
+        return P.ProcessSettings(base=base, processes=kw.pop("processes", [8]),
+                                 workloads=["insert"], **kw).fs_size_mib()
+
+    assert size() > P.BASE_FS_MIB
+    assert size(duration_s=10.0) > size() > size(duration_s=0.5)
+    assert size(duration_s=None, transactions=10_000, processes=[1, 16]) > \
+        size(duration_s=None, transactions=10_000, processes=[1, 2])
+    assert size(duration_s=10.0) % 64 == 0
+
+
 # --------------------------------------------------------------------------
 # the command line: headline, tables, record, plots
 # --------------------------------------------------------------------------

@@ -395,7 +395,7 @@ def run_processes(args: argparse.Namespace) -> int:
                     f"{', '.join(workloads)}; {how}; modes {', '.join(bench.labels)}; "
                     f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
     cells = len(workloads) * len(ps.processes) * len(modes)
-    doc = _run(args, out, err, bench, args.fs_size or P.DEFAULT_FS_MIB,
+    doc = _run(args, out, err, bench, args.fs_size or ps.fs_size_mib(),
                (base.warmup + base.repetitions) * cells, t0)
     if doc is None:
         return 3

@@ -39,6 +39,7 @@ its cell and is replaced for the next one.
 """
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import time
@@ -66,7 +67,9 @@ DEFAULT_MODES = ("wal-full", "wal-normal", "waldio-full", "waldio-full-durable")
 DEFAULT_DURATION_S = 2.0
 DEFAULT_REPETITIONS = 3
 DEFAULT_UPDATES_PER_TXN = 5
-DEFAULT_FS_MIB = 1024        # the loop image (sparse): templates, one cell's files, the logs
+BASE_FS_MIB = 1024           # the loop image (sparse): templates, one cell's files...
+LOG_MIB_PER_S = 512          # ...and its logs, which under a saturating load never restart
+LOG_KIB_PER_TXN = 32         # (fs_size_mib)
 OPEN_TIMEOUT_S = 120.0
 RUN_GRACE_S = 300.0          # a timed run may outlast its deadline by this much
 COUNT_TIMEOUT_S = 3600.0     # a run of a fixed count of transactions
@@ -105,6 +108,17 @@ class ProcessSettings:
             raise ValueError("--duration: must be > 0 seconds")
         if self.ops_per_txn < 1:
             raise ValueError("--ops-per-txn: must be >= 1")
+
+    def fs_size_mib(self) -> int:
+        """The default loop image: room for one cell's logs besides the templates. Under a
+        saturating load no checkpoint backfills the whole log, so it never restarts: stock
+        NORMAL's -wal grew 900 MB in 3 s at 8 processes on the 2-core test machine (README,
+        "Many processes"), and a full image would fail the cell."""
+        if self.duration_s is not None:
+            grow = self.duration_s * LOG_MIB_PER_S
+        else:
+            grow = (self.transactions or 0) * max(self.processes) * LOG_KIB_PER_TXN / 1024
+        return BASE_FS_MIB + math.ceil(grow / 64) * 64
 
     def shape(self, workload: str) -> Shape:
         rows = self.rows if self.rows is not None else WORKLOADS[workload].default_rows
