@@ -62,6 +62,7 @@
 # define SQLITE_FCNTL_BLOCK_ON_CONNECT 44   /* SQLite 3.48+ */
 #endif
 #define WAL_WRITE_LOCK_SLOT 0
+#define WAL_CKPT_LOCK_SLOT  1
 #define WAL_READ_LOCK_FIRST 3     /* WAL_READ_LOCK(0) .. (4) */
 
 /* SQLite's default busy handler sleeps 1, 2, 5, 10 ... ms and counts the
@@ -334,7 +335,7 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
 ** between fails closed (dbRead, wal_file.c), which only a shared-cache
 ** sibling could attempt. (Under a saturating load the log still grows:
 ** other commits land during every checkpoint; docs/durability.md.) */
-static int only_statement_running(waldio_db_file *p){
+int waldio_db_only_statement(waldio_db_file *p){
   sqlite3 *db = p->ppBtreeDb ? *p->ppBtreeDb : 0;
   sqlite3_stmt *pStmt = 0;
   int n = 0;
@@ -348,7 +349,7 @@ static int only_statement_running(waldio_db_file *p){
 static void release_read_lock_early(waldio_db_file *p){
   int rc;
   sqlite3_file *h;
-  if( !p->readSlot || !only_statement_running(p) ) return;
+  if( !p->readSlot || !waldio_db_only_statement(p) ) return;
   h = shm_host(p, &rc);
   if( h && h->pMethods->xShmLock(h, p->readSlot, 1,
                                  SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED)==SQLITE_OK ){
@@ -586,11 +587,23 @@ static int try_shm_lock(void *pArg){
 ** flushes half empty. Bounded: then the busy handler takes over. */
 #define WRITE_LOCK_WAIT_MS 5
 
-static int lock_waits_for_writer(waldio_db_file *p, int ofst, int n, int flags){
-  return p->pFlush && p->pWal && ofst==WAL_WRITE_LOCK_SLOT && n==1
-      && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE)
-      && !log_inherited(p->pWal->pLog)
+static int in_group_mode(waldio_db_file *p){
+  return p->pFlush && p->pWal && !log_inherited(p->pWal->pLog)
       && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF;
+}
+
+static int lock_waits_for_writer(waldio_db_file *p, int ofst, int n, int flags){
+  return ofst==WAL_WRITE_LOCK_SLOT && n==1
+      && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) && in_group_mode(p);
+}
+
+/* SQLite's checkpoint lock, taken or released: published in the flush
+** region, where group-mode writers of every process see it
+** (restart_assist.c). */
+static void note_checkpoint_lock(waldio_db_file *p, int on){
+  if( on==p->holdsCkptLock ) return;
+  p->holdsCkptLock = on;
+  if( p->pFlush ) flush_region_checkpointing(p->pFlush, on);
 }
 
 static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
@@ -609,11 +622,23 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
   }
   call.h = h; call.ofst = ofst; call.n = n; call.flags = flags;
   waits = lock_waits_for_writer(p, ofst, n, flags);
+  if( ofst==WAL_CKPT_LOCK_SLOT && n==1 && (flags & SQLITE_SHM_UNLOCK) ){
+    note_checkpoint_lock(p, 0);           /* before another can take it */
+  }
   if( waits ){
-    rc = flush_region_lock_write(p->pFlush, try_shm_lock, &call,
-                                 WRITE_LOCK_WAIT_MS);
+    rc = waldio_restart_gate(p);
+    if( rc==SQLITE_OK ){
+      rc = flush_region_lock_write(p->pFlush, try_shm_lock, &call,
+                                   WRITE_LOCK_WAIT_MS);
+    }
+  }else if( in_group_mode(p) && waldio_restart_is_attempt(p, ofst, n, flags) ){
+    rc = waldio_restart_lock_readers(try_shm_lock, &call);
   }else{
     rc = try_shm_lock(&call);
+  }
+  if( rc==SQLITE_OK && ofst==WAL_CKPT_LOCK_SLOT && n==1
+   && (flags & SQLITE_SHM_LOCK) ){
+    note_checkpoint_lock(p, 1);
   }
   if( waits && rc==SQLITE_BUSY ) t_lockMiss = p;
   if( rc==SQLITE_OK && p->pWal && is_read_lock(ofst, n, flags) ){

@@ -260,6 +260,38 @@ void flush_region_released(volatile flush_region *r){
   }
 }
 
+static u32 now_ms_nonzero(void){
+  u32 ms = (u32)(now_us() / 1000);
+  return ms ? ms : 1;
+}
+
+void flush_region_checkpointing(volatile flush_region *r, int on){
+  __atomic_store_n(&r->ckptMs, on ? now_ms_nonzero() : 0, __ATOMIC_SEQ_CST);
+  if( !on ){
+    __atomic_add_fetch(&r->unlocks, 1, __ATOMIC_SEQ_CST);
+    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAKE, INT_MAX, 0, 0, 0);
+  }
+}
+
+int flush_region_checkpoint_running(volatile flush_region *r){
+  u32 since = load32(&r->ckptMs);
+  return since!=0 && (u32)(now_ms_nonzero() - since)<STUCK_MS;
+}
+
+void flush_region_await_checkpoint(volatile flush_region *r, int ms){
+  i64 deadline = now_us() + (i64)ms * 1000, left;
+  for(;;){
+    u32 seen = load32(&r->unlocks);
+    if( !flush_region_checkpoint_running(r) ) return;
+    left = deadline - now_us();
+    if( left<=0 ) return;
+    {
+      struct timespec ts = { 0, (left<WAIT_SLICE_MS*1000 ? left : WAIT_SLICE_MS*1000) * 1000L };
+      syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+    }
+  }
+}
+
 static void sleep_on(volatile u32 *w, u32 seen){
   struct timespec ts = { 0, WAIT_SLICE_MS * 1000000L };
   syscall(SYS_futex, (u32*)w, FUTEX_WAIT, seen, &ts, 0, 0);

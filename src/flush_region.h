@@ -55,6 +55,9 @@
 **       The leader lock is taken on a descriptor opened for that flush
 **       only, and fork() waits out a flush in progress (log_open.c), so no
 **       child shares the description a leader locks.
+**
+** The region also publishes that a connection holds SQLite's checkpoint
+** lock (ckptMs), for the writers of every process (restart_assist.c).
 */
 #ifndef WALDIO_FLUSH_REGION_H
 #define WALDIO_FLUSH_REGION_H
@@ -79,7 +82,9 @@ typedef struct flush_region {
   u32 lockWaiters;     /* connections waiting on `unlocks` */
   u32 flushUs;         /* a moving average of the flushes' durations */
   u32 gathering;       /* a leader waits on `unlocks` too */
-  u32 reserved;
+  u32 ckptMs;          /* CLOCK_MONOTONIC ms (never 0) since a connection
+                       ** took SQLite's checkpoint lock; 0 when none holds
+                       ** it (restart_assist.c) */
   u64 leaderSince;     /* CLOCK_MONOTONIC us when the leader took its lock;
                        ** 0 while nobody leads (F4) */
   u64 written;         /* tickets handed out (F1) */
@@ -113,6 +118,14 @@ void flush_region_released(volatile flush_region *r);
 /* Return at once if nobody holds the WAL write lock, else when a waldio
 ** connection releases it, or after us microseconds. */
 void flush_region_await_writer(volatile flush_region *r, int us);
+
+/* A connection took (1) or released (0) SQLite's checkpoint lock. */
+void flush_region_checkpointing(volatile flush_region *r, int on);
+/* Whether a checkpoint holds that lock, and began less than STUCK_MS ago
+** (one killed in its checkpoint left the mark behind: it is stale then). */
+int flush_region_checkpoint_running(volatile flush_region *r);
+/* Return once no checkpoint runs, or after ms. */
+void flush_region_await_checkpoint(volatile flush_region *r, int ms);
 
 /* A ticket whose commit is durable by how it was written (O_DSYNC): it
 ** counts as durable if every ticket before it is. */

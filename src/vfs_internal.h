@@ -60,6 +60,7 @@ typedef struct waldio_db_file {
                              ** are the lower VFS's, untouched (db_file.c) */
   int persistWal;            /* application's SQLITE_FCNTL_PERSIST_WAL, -1 */
   int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
+  int holdsCkptLock;         /* WAL_CKPT_LOCK held (restart_assist.c) */
   volatile void *shm0;       /* wal-index region 0, NULL in heap mode */
   wal_index_view view;       /* the regions mapped (read-ahead advice) */
   int reserveState;          /* RESERVE_*: reserved bytes of a new database */
@@ -155,6 +156,20 @@ int waldio_db_strict_read(waldio_db_file *p, u32 frame);
 /* A read while the connection's read lock is given back (db_file.c): an
 ** error, never a read outside a snapshot. */
 int waldio_db_read_released(waldio_db_file *p);
+
+/* Whether exactly one statement of the connection using this file runs
+** (its commit, or its write lock request, is that statement's). */
+int waldio_db_only_statement(waldio_db_file *p);
+
+/* restart_assist.c: before a group-mode writer takes SQLite's WAL write
+** lock on a long log: SQLITE_OK to go on, SQLITE_BUSY to be retried by
+** SQLite from a new read transaction. */
+int waldio_restart_gate(waldio_db_file *p);
+/* The lock request is SQLite's attempt to restart the log (the other read
+** locks, exclusive, by a writer on WAL_READ_LOCK(0)); xTry retries it for
+** a short while. */
+int waldio_restart_is_attempt(waldio_db_file *p, int ofst, int n, int flags);
+int waldio_restart_lock_readers(int (*xTry)(void*), void *arg);
 
 /* xSleep, as SQLite's busy handler calls it right after this thread's
 ** group-mode write lock attempt failed: sleep until the WAL write lock is

@@ -22,6 +22,18 @@ u32 wal_index_mx_frame(const volatile void *shm0){
   return mx;
 }
 
+u32 wal_index_backfilled(const volatile void *shm0){
+  u32 n;
+  memcpy(&n, (const u8*)shm0 + 96, sizeof(n));
+  return n;
+}
+
+u32 wal_index_read_mark(const volatile void *shm0, int i){
+  u32 m;
+  memcpy(&m, (const u8*)shm0 + 100 + 4 * i, sizeof(m));
+  return m;
+}
+
 u32 wal_index_frame_page(const wal_index_view *v, u32 iFrame){
   u32 iRegion, idx;
   const volatile u32 *a;

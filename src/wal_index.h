@@ -1,7 +1,8 @@
 /*
 ** wal_index.h — reading SQLite's wal-index (the shared-memory regions SQLite
 ** maps through xShmMap) for advice only: which frames hold the newest copy
-** of their page, so that a reader can ask the kernel for exactly those.
+** of their page, so that a reader can ask the kernel for exactly those; how
+** far the log is checkpointed, for restart_assist.c.
 **
 ** The layout is SQLite's WAL-index format (src/wal.c, "WAL-INDEX FORMAT",
 ** unchanged since 3.7.0): 32 KiB regions; region 0 begins with two copies of
@@ -32,6 +33,10 @@ typedef struct wal_index_view {
 ** lacks a region, or memory is short: the caller falls back). */
 /* mxFrame of the first header copy in region 0 (shm0), native order. */
 u32 wal_index_mx_frame(const volatile void *shm0);
+
+/* nBackfill, and aReadMark[i] (0 <= i < 5), of the checkpoint information. */
+u32 wal_index_backfilled(const volatile void *shm0);
+u32 wal_index_read_mark(const volatile void *shm0, int i);
 
 int wal_index_newest_frames(const wal_index_view *v, u32 mxFrame,
                             u32 *aFrame, int nMax);

@@ -15,7 +15,9 @@
 **   strict     a strict reader does not see a commit before a flush covers
 **              it; a durable reader may (early lock release);
 **   fork       a process whose threads lead flushes forks children that
-**              outlive it: none inherits a held leader lock.
+**              outlive it: none inherits a held leader lock;
+**   restart    a saturating load of group commits still restarts the log
+**              (src/restart_assist.c): it does not grow without bound.
 **
 ** Every child reports each acknowledged commit (its number) on a pipe, so
 ** the parent knows exactly what must survive. Rows are (who, n).
@@ -29,6 +31,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -232,6 +235,46 @@ static void test_many(int np, int mixed){
   close(stop);
   db = open_db("off", "FULL");
   for(i=0; i<np; i++) CHECK_EQ(rows_of(db, i), n);
+  check_integrity(db);
+  sqlite3_close(db);
+}
+
+/* ---------------------------------------------------------------- restart */
+
+static long long log_bytes(void){
+  char zLog[600];
+  struct stat st;
+  snprintf(zLog, sizeof(zLog), "%s-wal", g_db);
+  return stat(zLog, &st)==0 ? (long long)st.st_size : 0;
+}
+
+/* np processes commit n rows each, back to back, with no pause in which a
+** checkpoint could copy the whole log unaided: about 2.5 frames a commit,
+** so a log that never restarted would reach np * n * 2.5 blocks (100 MB
+** here). The log must stay below a third of that, and every row arrive. */
+static void test_long_log_restarts(void){
+  enum { NP = 4, N = 3000 };
+  pid_t aPid[NP];
+  int aFd[NP], i, running = NP;
+  long long mx = 0, bound = (long long)NP * N * 4096 * 5 / 2 / 3;
+  sqlite3 *db;
+  fresh_db();
+  for(i=0; i<NP; i++){
+    aPid[i] = spawn_writer(i, "durable", "FULL", N, HOOK_NONE, 0, &aFd[i]);
+  }
+  while( running ){
+    long long now = log_bytes();
+    if( now>mx ) mx = now;
+    for(running=0, i=0; i<NP; i++) running += kill(aPid[i], 0)==0
+        && waitpid(aPid[i], 0, WNOHANG)==0;
+    usleep(5000);
+  }
+  for(i=0; i<NP; i++) CHECK_EQ(acked(aFd[i]), N);
+  fprintf(stderr, "    the log reached %lld KiB (bound %lld KiB)\n", mx / 1024,
+          bound / 1024);
+  CHECK(mx<bound);
+  db = open_db("off", "FULL");
+  for(i=0; i<NP; i++) CHECK_EQ(rows_of(db, i), N);
   check_integrity(db);
   sqlite3_close(db);
 }
@@ -572,6 +615,8 @@ int main(void){
   test_waiter_lets_checkpoint_finish();
   fprintf(stderr, "  a reading statement keeps its snapshot\n");
   test_reading_statement_keeps_its_snapshot();
+  fprintf(stderr, "  a saturating load still restarts the log\n");
+  test_long_log_restarts();
   fprintf(stderr, "  fork while leading, then killed\n");
   test_fork_while_leading();
   remove_db(g_db);
