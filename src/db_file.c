@@ -333,8 +333,8 @@ static void note_pragma(waldio_db_file *p, const char *zName, const char *zArg){
 ** sqlite3VdbeHalt returns), so the lock is given back before the wait.
 ** SQLite's own unlock of it is then skipped (dbShmLock), and a read in
 ** between fails closed (dbRead, wal_file.c), which only a shared-cache
-** sibling could attempt. (Under a saturating load the log still grows:
-** other commits land during every checkpoint; docs/durability.md.) */
+** sibling could attempt. (Under a saturating load other commits land during
+** every checkpoint; restart_assist.c lets the log restart all the same.) */
 int waldio_db_only_statement(waldio_db_file *p){
   sqlite3 *db = p->ppBtreeDb ? *p->ppBtreeDb : 0;
   sqlite3_stmt *pStmt = 0;

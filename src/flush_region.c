@@ -1,6 +1,7 @@
 /*
-** flush_region.c — the cross-process flush protocol (flush_region.h, F1-F5)
-** and the waits for SQLite's WAL write lock that keep group flushes full.
+** flush_region.c — the cross-process flush protocol (flush_region.h, F1-F5),
+** the waits for SQLite's WAL write lock that keep group flushes full, and
+** the mark of a running checkpoint (restart_assist.c).
 **
 ** Waiting. The holder of ticket t sleeps on the futex word aWake[t % SLOTS]
 ** and is woken only by the flush that makes t durable, or to lead the next
