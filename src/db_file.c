@@ -61,9 +61,6 @@
 #ifndef SQLITE_FCNTL_BLOCK_ON_CONNECT
 # define SQLITE_FCNTL_BLOCK_ON_CONNECT 44   /* SQLite 3.48+ */
 #endif
-#define WAL_WRITE_LOCK_SLOT 0
-#define WAL_CKPT_LOCK_SLOT  1
-#define WAL_READ_LOCK_FIRST 3     /* WAL_READ_LOCK(0) .. (4) */
 
 /* SQLite's default busy handler sleeps 1, 2, 5, 10 ... ms and counts the
 ** nominal times against the busy timeout. Only its first two sleeps are
@@ -631,7 +628,7 @@ static int dbShmLock(sqlite3_file *f, int ofst, int n, int flags){
       rc = flush_region_lock_write(p->pFlush, try_shm_lock, &call,
                                    WRITE_LOCK_WAIT_MS);
     }
-  }else if( in_group_mode(p) && waldio_restart_is_attempt(p, ofst, n, flags) ){
+  }else if( waldio_restart_is_attempt(p, ofst, n, flags) && in_group_mode(p) ){
     rc = waldio_restart_lock_readers(try_shm_lock, &call);
   }else{
     rc = try_shm_lock(&call);

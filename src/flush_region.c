@@ -39,6 +39,12 @@
 #define WAIT_SLICE_MS 2
 #define STUCK_MS      200
 
+/* FUTEX_WAIT on w while it holds seen, for at most us microseconds. */
+static void futex_wait_us(volatile u32 *w, u32 seen, i64 us){
+  struct timespec ts = { us / 1000000, (us % 1000000) * 1000L };
+  syscall(SYS_futex, (u32*)w, FUTEX_WAIT, seen, &ts, 0, 0);
+}
+
 static u64 load64(volatile u64 *p){ return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 static u32 load32(volatile u32 *p){ return __atomic_load_n(p, __ATOMIC_SEQ_CST); }
 
@@ -148,14 +154,9 @@ static void gather(volatile flush_region *r){
     if( !load32(&r->writing) && !load32(&r->lockWaiters) ) return;
     left = end - now_us();
     if( left<=0 ) return;
-    {
-      struct timespec ts = { 0, left * 1000L };
-      __atomic_add_fetch(&r->gathering, 1, __ATOMIC_SEQ_CST);
-      if( load32(&r->unlocks)==seen ){
-        syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
-      }
-      __atomic_sub_fetch(&r->gathering, 1, __ATOMIC_SEQ_CST);
-    }
+    __atomic_add_fetch(&r->gathering, 1, __ATOMIC_SEQ_CST);
+    if( load32(&r->unlocks)==seen ) futex_wait_us(&r->unlocks, seen, left);
+    __atomic_sub_fetch(&r->gathering, 1, __ATOMIC_SEQ_CST);
   }
 }
 
@@ -234,8 +235,7 @@ int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
     if( rc!=SQLITE_BUSY || (left = (deadline - now_us()) / 1000)<=0 ) return rc;
     __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
     if( load32(&r->unlocks)==seen ){
-      struct timespec ts = { 0, (left<WAIT_SLICE_MS ? left : WAIT_SLICE_MS) * 1000000L };
-      syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+      futex_wait_us(&r->unlocks, seen, (left<WAIT_SLICE_MS ? left : WAIT_SLICE_MS) * 1000);
     }
     __atomic_sub_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
   }
@@ -243,11 +243,10 @@ int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
 
 void flush_region_await_writer(volatile flush_region *r, int us){
   u32 seen = load32(&r->unlocks);
-  struct timespec ts = { 0, (long)us * 1000L };
   if( !load32(&r->writing) ) return;
   __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
   if( load32(&r->unlocks)==seen && load32(&r->writing) ){
-    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
+    futex_wait_us(&r->unlocks, seen, us);
   }
   __atomic_sub_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
 }
@@ -286,16 +285,12 @@ void flush_region_await_checkpoint(volatile flush_region *r, int ms){
     if( !flush_region_checkpoint_running(r) ) return;
     left = deadline - now_us();
     if( left<=0 ) return;
-    {
-      struct timespec ts = { 0, (left<WAIT_SLICE_MS*1000 ? left : WAIT_SLICE_MS*1000) * 1000L };
-      syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAIT, seen, &ts, 0, 0);
-    }
+    futex_wait_us(&r->unlocks, seen, left<WAIT_SLICE_MS*1000 ? left : WAIT_SLICE_MS*1000);
   }
 }
 
 static void sleep_on(volatile u32 *w, u32 seen){
-  struct timespec ts = { 0, WAIT_SLICE_MS * 1000000L };
-  syscall(SYS_futex, (u32*)w, FUTEX_WAIT, seen, &ts, 0, 0);
+  futex_wait_us(w, seen, WAIT_SLICE_MS * 1000);
 }
 
 /* F4: the leader has held its lock for longer than any flush should take

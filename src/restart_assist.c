@@ -51,7 +51,6 @@
 #define CKPT_WAIT_MS     50
 #define READERS_WAIT_US  2000
 #define READERS_POLL_US  50
-#define READ_LOCK_0      3       /* WAL_READ_LOCK(0) as an xShmLock offset */
 
 static int log_is_long(const volatile void *shm0){
   return wal_index_mx_frame(shm0)>=LONG_LOG_FRAMES;
@@ -65,7 +64,7 @@ static int retried_by_sqlite(waldio_db_file *p){
 
 /* This connection's read mark stops a checkpoint before the log's end. */
 static int mark_is_behind(waldio_db_file *p){
-  int i = p->readSlot - READ_LOCK_0;
+  int i = p->readSlot - WAL_READ_LOCK_FIRST;
   return i>0 && wal_index_read_mark(p->shm0, i)<wal_index_mx_frame(p->shm0);
 }
 
@@ -74,8 +73,8 @@ static int whole_log_copied(const volatile void *shm0){
 }
 
 int waldio_restart_gate(waldio_db_file *p){
-  if( !p->shm0 || !p->pFlush || p->holdsCkptLock || p->readSlot==READ_LOCK_0
-   || !log_is_long(p->shm0) ){
+  if( !p->shm0 || !p->pFlush || p->holdsCkptLock
+   || p->readSlot==WAL_READ_LOCK_FIRST || !log_is_long(p->shm0) ){
     return SQLITE_OK;       /* a checkpoint's own request, a writer that will
                             ** restart the log, or nothing to do */
   }
@@ -95,8 +94,8 @@ int waldio_restart_gate(waldio_db_file *p){
 }
 
 int waldio_restart_is_attempt(waldio_db_file *p, int ofst, int n, int flags){
-  return p->holdsWriteLock && p->readSlot==READ_LOCK_0 && p->shm0
-      && ofst==READ_LOCK_0 + 1 && n==4
+  return p->holdsWriteLock && p->readSlot==WAL_READ_LOCK_FIRST && p->shm0
+      && ofst==WAL_READ_LOCK_FIRST + 1 && n==4
       && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) && log_is_long(p->shm0);
 }
 

@@ -41,6 +41,11 @@ typedef struct waldio_vfs {
   char zName[64];
 } waldio_vfs;
 
+/* SQLite's wal-index locks, as xShmLock offsets (src/wal.c). */
+#define WAL_WRITE_LOCK_SLOT 0
+#define WAL_CKPT_LOCK_SLOT  1
+#define WAL_READ_LOCK_FIRST 3     /* WAL_READ_LOCK(0) .. (4) */
+
 typedef struct waldio_wal_file waldio_wal_file;
 
 typedef struct waldio_db_file {
