@@ -18,8 +18,9 @@
 ** Leading, inside one process: a thread leads only while it holds the
 ** log's leaderMutex (tried, never waited for, so threads of this process
 ** follow a leader of this process as other processes do). fork() takes
-** every leaderMutex first (log_open.c): a flush in progress finishes, and
-** its descriptor is closed, before the child is made (try_lead).
+** every leaderMutex first (log_open.c): a flush in progress finishes before
+** the child is made, and the child closes the leader's descriptor
+** (try_lead).
 */
 #include "flush_region.h"
 #include "errors.h"
@@ -197,18 +198,28 @@ static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
 ** led (or found unnecessary), SQLITE_BUSY if others lead, or the flush's
 ** error.
 **
-** The leader lock is taken on a descriptor opened for this flush alone and
-** closed after it. An OFD lock belongs to the open file description, and a
-** child forked earlier shares every description the process had: a lock
-** taken on the log's own descriptor would outlive a leader killed mid-flush
-** for as long as such a child lives. fork() waits for leaderMutex, so no
-** child ever gets this descriptor. (A read-only process cannot take the
-** lock: it follows, and leads only a stuck flush, F4.) */
+** The leader lock is taken on a descriptor of the log's own (leaderFd),
+** opened at the first lead and kept: an OFD lock belongs to the open file
+** description, and a child forked earlier would share the log's main one,
+** so a lock taken there would outlive a leader killed mid-flush for as
+** long as such a child lives. fork() waits for leaderMutex, and the child
+** closes its copy of leaderFd (log_open.c), so no child holds it. (A child
+** made without the fork handlers, by a raw clone(), would: F4's STUCK_MS
+** then replaces the leader. A read-only process cannot take the lock: it
+** follows, and flushes for itself only when stuck, F4.) */
+static int leader_fd(waldio_log *pLog){
+  if( pLog->leaderFd<0 ){
+    pLog->leaderFd = pLog->sys->xOpen(pLog->zPath,
+                                     O_RDWR|O_CLOEXEC|O_NOFOLLOW, 0);
+  }
+  return pLog->leaderFd;
+}
+
 static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   const waldio_syscalls *sys = pLog->sys;
   int rc = SQLITE_BUSY, fd;
   if( pthread_mutex_trylock(&pLog->leaderMutex) ) return SQLITE_BUSY;
-  fd = sys->xOpen(pLog->zPath, O_RDWR|O_CLOEXEC, 0);
+  fd = leader_fd(pLog);
   if( fd>=0 && log_lock(sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)==0 ){
     __atomic_store_n(&r->leaderSince, (u64)now_us(), __ATOMIC_SEQ_CST);
     rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
@@ -219,7 +230,6 @@ static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
     rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
     log_lock(sys, fd, LOG_LOCK_LEADER2, LOG_UNLOCKED);
   }
-  if( fd>=0 ) sys->xClose(fd);
   pthread_mutex_unlock(&pLog->leaderMutex);
   return rc;
 }
@@ -294,24 +304,29 @@ static void sleep_on(volatile u32 *w, u32 seen){
 }
 
 /* F4: the leader has held its lock for longer than any flush should take
-** (a dead leader's lock is gone: the kernel released it). */
-static int leader_stuck(volatile flush_region *r){
+** (a dead leader's lock is gone: the kernel released it), or this waiter
+** has waited that long without leading (it has no descriptor to lock). */
+static int leader_stuck(volatile flush_region *r, i64 waitingSince){
   u64 since = load64(&r->leaderSince);
-  return since && now_us() - (i64)since>=(i64)STUCK_MS * 1000;
+  i64 now = now_us();
+  return (since && now - (i64)since>=(i64)STUCK_MS * 1000)
+      || now - waitingSince>=(i64)STUCK_MS * 1000;
 }
 
 int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   volatile u32 *w = wake_word(r, ticket);
   u32 seen;
   int rc;
+  i64 since;
   if( load64(&r->durable)>=ticket ) return SQLITE_OK;
   log_count_group(pLog, LOG_GROUP_WAIT);
+  since = now_us();
   for(;;){
     seen = load32(w);
     if( load64(&r->durable)>=ticket ) return SQLITE_OK;
     if( load32(&r->poison) ) return poisoned(pLog);
     rc = try_lead(pLog, r, ticket);
-    if( rc==SQLITE_BUSY && leader_stuck(r) ) rc = flush_for_all(pLog, r);
+    if( rc==SQLITE_BUSY && leader_stuck(r, since) ) rc = flush_for_all(pLog, r);
     if( rc!=SQLITE_BUSY ){
       if( rc ) return rc;
       continue;

@@ -50,11 +50,13 @@
 **       just made durable.
 **   F4  Nobody waits forever. A dead leader's OFD lock is released by the
 **       kernel. While a leader has held the lock for more than STUCK_MS
-**       (stopped, or in a flush that never returns), waiters flush for
-**       themselves without it (the lock only spares redundant flushes).
-**       The leader lock is taken on a descriptor opened for that flush
-**       only, and fork() waits out a flush in progress (log_open.c), so no
-**       child shares the description a leader locks.
+**       (stopped, or in a flush that never returns), or a waiter has
+**       waited that long without leading (no descriptor it could lock),
+**       waiters flush for themselves without it (the lock only spares
+**       redundant flushes).
+**       The leader lock is taken on a descriptor of its own that a
+**       forked child closes, and fork() waits out a flush in progress
+**       (log_open.c), so no child shares the description a leader locks.
 **
 ** The region also publishes that a connection holds SQLite's checkpoint
 ** lock (ckptMs), for the writers of every process (restart_assist.c).

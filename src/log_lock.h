@@ -30,8 +30,8 @@
 **                  wait), writes what it buffers and downgrades USE.
 **   LOG_LOCK_LEADER exclusive while a process flushes the log for every
 **                  process's durable group commits (flush_region.h); only
-**                  ever tried, on a descriptor opened for that one flush
-**                  (never one a forked child may share), and released
+**                  ever tried, on the log's leader descriptor (a forked
+**                  child closes its copy: flush_region.c), and released
 **                  before the flusher returns.
 **   LOG_LOCK_LEADER2 the same, for a second flush that starts while the
 **                  first is under way, for commits the first does not cover.

@@ -101,8 +101,19 @@ static void after_fork_parent(void){
   }
   pthread_mutex_unlock(&g_regMutex);
 }
+/* The child also closes its copy of every leader descriptor (flush_region.c
+** try_lead): while it held one, a parent killed inside a later flush would
+** leave the leader lock held by the child's reference. */
 static void after_fork_child(void){
+  log_registry *r;
+  waldio_log *p;
   g_forkGen++;                       /* L6: every inherited log is foreign */
+  for(r=g_pRegistries; r; r=r->pNextRegistry){
+    for(p=r->pList; p; p=p->pNext){
+      if( p->leaderFd>=0 ) p->sys->xClose(p->leaderFd);
+      p->leaderFd = -1;
+    }
+  }
   after_fork_parent();
 }
 
@@ -361,6 +372,7 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
   if( !pLog->zPath ){ free(pLog); return 0; }
   pLog->sys = sys;
   pLog->file.fd = -1;
+  pLog->leaderFd = -1;
   pLog->forkGen = g_forkGen;
   pLog->preallocInitial = o->prealloc_bytes;
   pLog->cacheBudget = o->cache_bytes;
@@ -376,6 +388,7 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
 
 static void log_free(waldio_log *pLog){
   dio_close(&pLog->file);     /* drops this process's locks (L5) */
+  if( pLog->leaderFd>=0 ) pLog->sys->xClose(pLog->leaderFd);
   group_free(&pLog->group);
   frame_cache_free(&pLog->cache);
   pthread_mutex_destroy(&pLog->growMutex);

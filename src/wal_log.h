@@ -134,6 +134,9 @@ struct waldio_log {
   pthread_mutex_t growMutex;  /* L7 */
   pthread_mutex_t leaderMutex;  /* held while this process leads a shared
                                 ** flush (flush_region.c) and by fork() */
+  int leaderFd;            /* the descriptor the leader lock is taken on
+                           ** (flush_region.c), -1 until a first lead; under
+                           ** leaderMutex; a forked child closes its copy */
   const char *zLayoutWhy;  /* why the log has its layout (static text) */
   pthread_mutex_t mutex;   /* guards every field below */
 

@@ -8,14 +8,16 @@
 **              another process checkpoints (PASSIVE, RESTART, TRUNCATE);
 **   killed     a committer killed after writing its commit's frames, before
 **              any flush; a flush leader killed inside its fdatasync; a
-**              leader stopped inside its fdatasync (alive, never returning):
+**              leader stopped inside its fdatasync (alive, never returning);
+**              a committer that cannot open a descriptor to lock (EMFILE):
 **              nobody waits forever, nothing acknowledged is lost;
 **   poison     a failed flush: every process's waiting commit fails, no
 **              later one is acknowledged, nothing acknowledged is lost;
 **   strict     a strict reader does not see a commit before a flush covers
 **              it; a durable reader may (early lock release);
-**   fork       a process whose threads lead flushes forks children that
-**              outlive it: none inherits a held leader lock;
+**   fork       a process whose threads lead flushes forks children, and is
+**              killed inside a flush it leads: the children that outlive it
+**              do not keep the leader lock held;
 **   restart    a saturating load of group commits still restarts the log
 **              (src/restart_assist.c): it does not grow without bound.
 **
@@ -42,7 +44,7 @@ static char g_db[512];
 ** Set in a child after fork(): each process has its own table. */
 
 enum { HOOK_NONE, HOOK_KILL_IN_FLUSH, HOOK_STOP_IN_FLUSH, HOOK_FAIL_FLUSH,
-       HOOK_GATE_FLUSH, HOOK_KILL_AFTER_WRITE };
+       HOOK_GATE_FLUSH, HOOK_KILL_AFTER_WRITE, HOOK_NO_LOG_REOPEN };
 static int g_hook, g_hookAfter, g_calls, g_gateFd = -1;
 static char g_gateFile[600];     /* while it exists, flushes wait at the gate */
 static char g_atGateFile[620];   /* made when a flush reaches the closed gate */
@@ -54,8 +56,8 @@ static int hooked_fdatasync(int fd){
       if( g_atGateFile[0] ) close(open(g_atGateFile, O_CREAT|O_WRONLY, 0644));
       if( read(g_gateFd, &c, 1)!=1 ) _exit(97);
     }
-  }else if( g_hook!=HOOK_NONE && g_hook!=HOOK_KILL_AFTER_WRITE
-         && ++g_calls>g_hookAfter ){
+  }else if( (g_hook==HOOK_KILL_IN_FLUSH || g_hook==HOOK_STOP_IN_FLUSH
+             || g_hook==HOOK_FAIL_FLUSH) && ++g_calls>g_hookAfter ){
     if( g_hook==HOOK_KILL_IN_FLUSH ) raise(SIGKILL);
     if( g_hook==HOOK_STOP_IN_FLUSH ) for(;;) pause();
     errno = EIO;
@@ -74,6 +76,19 @@ static ssize_t hooked_pwrite(int fd, const void *p, size_t n, off_t off){
   return rc;
 }
 
+/* Once the connection has its log open, no other descriptor of the log can
+** be opened (as with EMFILE): the leader lock has nothing to be taken on. */
+static int g_logOpened;
+static int hooked_open(const char *zPath, int flags, mode_t mode){
+  size_t n = strlen(zPath);
+  if( g_hook==HOOK_NO_LOG_REOPEN && g_logOpened && n>4
+   && strcmp(zPath + n - 4, "-wal")==0 ){
+    errno = EMFILE;
+    return -1;
+  }
+  return open(zPath, flags, mode);
+}
+
 static void install_hooks(int hook, int after){
   sqlite3_vfs *v = sqlite3_vfs_find("waldio");
   g_hook = hook;
@@ -81,6 +96,7 @@ static void install_hooks(int hook, int after){
   g_calls = 0;
   v->xSetSystemCall(v, "waldio_fdatasync", (sqlite3_syscall_ptr)hooked_fdatasync);
   v->xSetSystemCall(v, "waldio_pwrite", (sqlite3_syscall_ptr)hooked_pwrite);
+  v->xSetSystemCall(v, "waldio_open", (sqlite3_syscall_ptr)hooked_open);
 }
 
 /* --------------------------------------------------------------- helpers */
@@ -125,6 +141,7 @@ static int commit_rows(int who, const char *zGroup, const char *zSync, int n,
   sqlite3 *db = open_db(zGroup, zSync);
   int i, rc = SQLITE_OK;
   if( !db ) return 9;
+  g_logOpened = query_int(db, "SELECT count(*) FROM t")>=0;
   for(i=1; i<=n && rc==SQLITE_OK; i++){
     rc = insert(db, who, i);
     if( rc==SQLITE_OK && fd>=0 && write(fd, &i, sizeof(i))!=sizeof(i) ) rc = -1;
@@ -306,6 +323,23 @@ static void test_killed(int hook, const char *zWhat){
   CHECK(rows_of(db, 0)>=aAcked[0] && rows_of(db, 0)<=aAcked[0] + 1);
   for(i=1; i<4; i++) CHECK_EQ(rows_of(db, i), n);
   check_integrity(db);
+  sqlite3_close(db);
+}
+
+/* A committer that cannot open the descriptor the leader lock is taken on
+** (EMFILE), while nobody else commits, flushes for itself (F4): it does not
+** wait forever for a leader. */
+static void test_no_leader_descriptor(void){
+  sqlite3 *db;
+  pid_t pid;
+  int fd;
+  fresh_db();
+  db = open_db("off", "FULL");      /* a second process: shared flushes */
+  CHECK(rows_of(db, 9)==0);
+  pid = spawn_writer(9, "durable", "FULL", 5, HOOK_NO_LOG_REOPEN, 0, &fd);
+  CHECK_EQ(wait_exit(pid, 60), 0);
+  CHECK_EQ(acked(fd), 5);
+  CHECK_EQ(rows_of(db, 9), 5);
   sqlite3_close(db);
 }
 
@@ -545,9 +579,7 @@ static void *commit_thread(void *pArg){
 
 /* A process whose threads lead shared flushes forks, again and again,
 ** children that live on without exec (they do not touch SQLite: a child of
-** a multithreaded process may not). Then it is killed. If a child had
-** inherited the open file of a flush in progress, it would hold the leader
-** lock now, for as long as it lives. */
+** a multithreaded process may not). */
 static void forking_leader(void){
   pthread_t a[2];
   int i;
@@ -561,31 +593,60 @@ static void forking_leader(void){
   }
 }
 
-static void test_fork_while_leading(void){
+static int leader_lock_held(void){
   waldio_syscalls sys;
-  pid_t pLeader, pOther;
-  int fd, wFd, status;
   char zWal[600];
-  fresh_db();
-  pOther = spawn_writer(50, "durable", "FULL", 2000, HOOK_NONE, 0, &wFd);
-  pLeader = fork();
-  if( pLeader==0 ){
-    setpgid(0, 0);                  /* its children: one group, killed below */
-    forking_leader();
-  }
-  sleep(2);
-  kill(pLeader, SIGKILL);
-  waitpid(pLeader, &status, 0);
-  CHECK_EQ(wait_exit(pOther, 120), 0);
-  CHECK_EQ(acked(wFd), 2000);
-  /* Nobody flushes now; the forked children still live. */
+  int fd, held;
   waldio_syscalls_default(&sys);
   snprintf(zWal, sizeof(zWal), "%s-wal", g_db);
   fd = open(zWal, O_RDONLY);
   CHECK(fd>=0);
-  CHECK(!log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE));
-  CHECK(!log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER2, LOG_EXCLUSIVE));
+  held = log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)
+      || log_lock_held_elsewhere(&sys, fd, LOG_LOCK_LEADER2, LOG_EXCLUSIVE);
   close(fd);
+  return held;
+}
+
+/* The forking process is killed while one of its threads is inside a flush,
+** holding the leader lock (a shut gate holds it there), and its children
+** live on. If a child shared the descriptor the lock was taken on, the
+** lock would stay held for as long as the child lives. */
+static void test_fork_while_leading(void){
+  pid_t pLeader, pOther;
+  int gate[2], fd, wFd, status, i;
+  sqlite3 *db;
+  fresh_db();
+  snprintf(g_gateFile, sizeof(g_gateFile), "%s-gate", g_db);
+  snprintf(g_atGateFile, sizeof(g_atGateFile), "%s-at-gate", g_db);
+  unlink(g_atGateFile);
+  CHECK(pipe(gate)==0);
+  pLeader = fork();
+  if( pLeader==0 ){
+    setpgid(0, 0);                  /* its children: one group, killed below */
+    close(gate[1]);
+    g_gateFd = gate[0];             /* never written: the gate stays shut */
+    install_hooks(HOOK_GATE_FLUSH, 0);
+    forking_leader();
+  }
+  close(gate[0]);
+  db = open_db("off", "FULL");      /* a second process: shared flushes */
+  CHECK(rows_of(db, 60)>=0);
+  sleep(1);                         /* it leads flushes and forks */
+  fd = open(g_gateFile, O_CREAT|O_WRONLY, 0644);              /* shut the gate */
+  close(fd);
+  /* Its syncs wait at the gate; one of them soon is a flush it leads. */
+  for(i=0; i<2000 && !leader_lock_held(); i++) usleep(10000);
+  CHECK(leader_lock_held());
+  kill(pLeader, SIGKILL);
+  waitpid(pLeader, &status, 0);
+  CHECK(!leader_lock_held());       /* the forked children still live */
+  sqlite3_close(db);
+  unlink(g_gateFile);
+  g_atGateFile[0] = 0;
+  pOther = spawn_writer(50, "durable", "FULL", 200, HOOK_NONE, 0, &wFd);
+  CHECK_EQ(wait_exit(pOther, 120), 0);
+  CHECK_EQ(acked(wFd), 200);
+  close(gate[1]);
   kill(-pLeader, SIGKILL);
   while( waitpid(-pLeader, &status, 0)>0 ){}
 }
@@ -608,6 +669,8 @@ int main(void){
   test_killed(HOOK_KILL_IN_FLUSH, "a leader, inside its fdatasync");
   test_killed(HOOK_STOP_IN_FLUSH, "a leader stopped inside its fdatasync");
   fprintf(stderr, "  a failed flush\n");
+  fprintf(stderr, "  killed: no descriptor for the leader lock\n");
+  test_no_leader_descriptor();
   test_failed_flush();
   fprintf(stderr, "  strict and durable readers\n");
   test_strict_readers();
