@@ -126,7 +126,11 @@ def test_the_noise_verdict() -> None:
     assert V.too_noisy(ratio(0.5, 0.55, 0.6)) is None                # clearly slower
     assert V.too_noisy(ratio(0.81, 1.2, 7.44)) == "the rounds fall on both sides of 1.0"
     assert V.too_noisy(ratio(1.05, 1.1, 1.9)) == \
-        "the rounds spread 0.85, wider than the 0.10 effect"
+        "3 rounds spread 1.05-1.90 cannot tell the 0.10 effect from noise (paired t 1.4 < 4.3, 5%)"
+    assert V.too_noisy(ratio(1.01, 1.03, 1.10)) is not None          # small, one-sided
+    assert V.too_noisy(ratio(1.31, 1.40, 1.45, 1.60, 1.87)) is None  # wide but all clear of 1.0
+    assert V.too_noisy(ratio(1.4, 1.5)) is not None                  # 2 rounds: t needs 12.7
+    assert V.too_noisy(ratio(1.0, 1.0, 1.0)) is not None             # no difference at all
     assert V.too_noisy(ratio(1.5)) == "one round only, no spread to judge by"
     assert V.too_noisy(None) == "no paired round passed"
     assert V.ratio_text(ratio(0.97, 1.47, 1.91)) == "1.47x (0.97-1.91)"
