@@ -15,6 +15,7 @@ assertion depends on how fast anything ran.
 """
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -135,3 +136,26 @@ def test_the_noise_verdict() -> None:
     assert V.too_noisy(None) == "no paired round passed"
     assert V.ratio_text(ratio(0.97, 1.47, 1.91)) == "1.47x (0.97-1.91)"
     assert V.marked(ratio(0.97, 1.47, 1.91)) == "1.47~" and V.marked(ratio(2, 2.1, 2.2)) == "2.10"
+
+
+def test_a_table_too_wide_for_the_terminal_loses_no_figure(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    pytest.importorskip("rich")
+    from waldio.bench.printer import Printer
+    columns = ["mode", "ops/s", "min-max", "x wal-full", "p50 ms", "p99 ms", "loop0 KB/tx",
+               "flush/tx", "check"]
+    row = ["waldio-persistent", "3,257", "2,683-3,427", "1.43x (1.10-1.74)", "0.288", "1.09",
+           "16.6", "1.02", "ok"]
+    for width, rich_drawn in ((80, False), (160, True)):
+        monkeypatch.setenv("COLUMNS", str(width))       # rich's terminal width
+        buf = io.StringIO()
+        out = Printer(plain=False, stream=buf)
+        assert out.console is not None and out.console.width == width
+        out.table("results: a title long enough to be wrapped on a narrow terminal, "
+                  "which it must be, at the terminal's width", columns, [row])
+        text = buf.getvalue()
+        assert "…" not in text
+        assert all(cell in text for cell in row + columns)
+        assert ("─" in text) == rich_drawn          # rich's rule under the header
+        out.wrapped("word " * 40)
+        assert max(len(line) for line in buf.getvalue().splitlines()[-3:]) <= out.width

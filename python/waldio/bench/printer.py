@@ -18,15 +18,22 @@ WIDTH = 118          # the default output fits a 120-column terminal (issue 20)
 
 
 class Printer:
-    """rich tables on a terminal, plain aligned text otherwise."""
+    """rich tables on a terminal, plain aligned text otherwise.
+
+    On a terminal narrower than the output's 120 columns, paragraphs wrap to the
+    terminal, and a table too wide for it is printed as plain aligned text (the
+    terminal folds its long lines): rich would cut every cell to fit, and a
+    figure cut to ``3…`` is no figure."""
 
     def __init__(self, plain: bool, stream: Optional[TextIO] = None) -> None:
         self.stream = stream if stream is not None else sys.stdout
         self.console = None
+        self.width = WIDTH
         if not plain:
             try:
                 from rich.console import Console
                 self.console = Console(file=stream, highlight=False, soft_wrap=True)
+                self.width = min(WIDTH, self.console.width - 1)
             except ImportError:
                 self.console = None
 
@@ -37,33 +44,23 @@ class Printer:
             print(text, file=self.stream)
         self.stream.flush()
 
-    def wrapped(self, text: str, width: int = WIDTH, indent: str = "  ") -> None:
-        """A paragraph wrapped to ``width`` columns, continuation lines indented."""
-        for line in textwrap.wrap(text, width=width, subsequent_indent=indent,
+    def wrapped(self, text: str, indent: str = "  ") -> None:
+        """A paragraph wrapped to the output's width, continuation lines indented."""
+        for line in textwrap.wrap(text, width=self.width, subsequent_indent=indent,
                                   break_on_hyphens=False) or [""]:
             self.line(line)
 
     def table(self, title: str, columns: List[str], rows: List[List[str]],
               align: Optional[List[str]] = None) -> None:
         align = align or ["l"] + ["r"] * (len(columns) - 1)
-        if self.console is not None:
-            from rich import box
-            from rich.table import Table
-            t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
-                      show_edge=False, pad_edge=False)
-            for c, a in zip(columns, align):
-                t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
-            for r in rows:
-                t.add_row(*r)
-            self.console.print(t)
-            self.console.print()
+        if self.console is not None and self._rich_table(title, columns, rows, align):
             return
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
 
         def fmt(cells: List[str]) -> str:
             return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
                              for c, w, a in zip(cells, widths, align)).rstrip()
-        for line in textwrap.wrap(title, width=WIDTH, subsequent_indent="  ",
+        for line in textwrap.wrap(title, width=self.width, subsequent_indent="  ",
                                   break_on_hyphens=False):
             print(line, file=self.stream)
         print(fmt(columns), file=self.stream)
@@ -72,6 +69,26 @@ class Printer:
             print(fmt(r), file=self.stream)
         print(file=self.stream)
         self.stream.flush()
+
+    def _rich_table(self, title: str, columns: List[str], rows: List[List[str]],
+                    align: List[str]) -> bool:
+        """Print the table with rich if it fits the terminal whole; False if not."""
+        from rich import box
+        from rich.measure import Measurement
+        from rich.table import Table
+        assert self.console is not None
+        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
+                  show_edge=False, pad_edge=False)
+        for c, a in zip(columns, align):
+            t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
+        for r in rows:
+            t.add_row(*r)
+        unbounded = self.console.options.update_width(1 << 20)
+        if Measurement.get(self.console, unbounded, t).maximum > self.console.width:
+            return False
+        self.console.print(t)
+        self.console.print()
+        return True
 
 
 @contextlib.contextmanager
