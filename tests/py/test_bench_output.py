@@ -132,6 +132,7 @@ def test_the_noise_verdict() -> None:
     assert V.too_noisy(ratio(1.31, 1.40, 1.45, 1.60, 1.87)) is None  # wide but all clear of 1.0
     assert V.too_noisy(ratio(1.4, 1.5)) is not None                  # 2 rounds: t needs 12.7
     assert V.too_noisy(ratio(1.0, 1.0, 1.0)) is not None             # no difference at all
+    assert isinstance(V.too_noisy(ratio(0.0, 0.5, 0.6)), str)         # a round at 0 ops/s: no crash
     assert V.too_noisy(ratio(1.5)) == "one round only, no spread to judge by"
     assert V.too_noisy(None) == "no paired round passed"
     assert V.ratio_text(ratio(0.97, 1.47, 1.91)) == "1.47x (0.97-1.91)"

@@ -46,7 +46,7 @@ def t_critical(df: int) -> float:
 
 def log_ratio_t(ratios: Sequence[float]) -> float:
     """|t| of the paired rounds' log ratios against 0 (inf when they do not vary)."""
-    logs = [math.log(x) for x in ratios]
+    logs = [math.log(max(x, 1e-9)) for x in ratios]      # a round at 0 ops/s: far below
     mean, sd = statistics.fmean(logs), statistics.stdev(logs)
     if sd == 0:
         return math.inf if mean else 0.0
