@@ -147,16 +147,28 @@ def test_a_table_too_wide_for_the_terminal_loses_no_figure(monkeypatch: pytest.M
                "flush/tx", "check"]
     row = ["waldio-persistent", "3,257", "2,683-3,427", "1.43x (1.10-1.74)", "0.288", "1.09",
            "16.6", "1.02", "ok"]
-    for width, rich_drawn in ((80, False), (160, True)):
+    optional = ("min-max", "p50 ms", "check", "flush/tx")
+
+    def printed(width: int, **kw: Any) -> str:
         monkeypatch.setenv("COLUMNS", str(width))       # rich's terminal width
         buf = io.StringIO()
         out = Printer(plain=False, stream=buf)
         assert out.console is not None and out.console.width == width
         out.table("results: a title long enough to be wrapped on a narrow terminal, "
-                  "which it must be, at the terminal's width", columns, [row])
+                  "which it must be, at the terminal's width", columns, [row], **kw)
+        out.wrapped("word " * 40)
         text = buf.getvalue()
         assert "…" not in text
-        assert all(cell in text for cell in row + columns)
-        assert ("─" in text) == rich_drawn          # rich's rule under the header
-        out.wrapped("word " * 40)
-        assert max(len(line) for line in buf.getvalue().splitlines()[-3:]) <= out.width
+        assert max(len(line) for line in text.splitlines()) <= width or "─" not in text
+        return text
+
+    wide = printed(160, optional=optional)               # rich, every column
+    assert "─" in wide and all(cell in wide for cell in row + columns)
+    assert "Left out" not in wide
+    plain = printed(80)                                  # too wide, nothing optional
+    assert "─" not in plain and all(cell in plain for cell in row + columns)
+    narrow = printed(80, optional=optional)              # rich, fewest columns left out
+    kept = [i for i, c in enumerate(columns) if c not in ("min-max", "p50 ms", "check")]
+    assert "─" in narrow and all(row[i] in narrow and columns[i] in narrow for i in kept)
+    assert "2,683-3,427" not in narrow
+    assert "Left out to fit 80 columns: min-max, p50 ms, check" in narrow

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import textwrap
-from typing import Any, Callable, Dict, Iterator, List, Optional, TextIO
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, TextIO
 
 WIDTH = 118          # the default output fits a 120-column terminal (issue 20)
 
@@ -51,9 +51,12 @@ class Printer:
             self.line(line)
 
     def table(self, title: str, columns: List[str], rows: List[List[str]],
-              align: Optional[List[str]] = None) -> None:
+              align: Optional[List[str]] = None, optional: Sequence[str] = ()) -> None:
+        """``optional``: columns that a terminal too narrow for the whole table may
+        leave out, in that order; a line after the table names those left out."""
         align = align or ["l"] + ["r"] * (len(columns) - 1)
-        if self.console is not None and self._rich_table(title, columns, rows, align):
+        if self.console is not None and self._fitted_table(title, columns, rows, align,
+                                                           optional):
             return
         widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(columns)]
 
@@ -70,6 +73,25 @@ class Printer:
         print(file=self.stream)
         self.stream.flush()
 
+    def _fitted_table(self, title: str, columns: List[str], rows: List[List[str]],
+                      align: List[str], optional: Sequence[str]) -> bool:
+        """The table through rich, without as few optional columns as make it fit."""
+        left_out: List[str] = []
+        for name in [""] + [c for c in optional if c in columns]:
+            if name:
+                keep = [i for i, c in enumerate(columns) if c != name]
+                columns, align = [columns[i] for i in keep], [align[i] for i in keep]
+                rows = [[r[i] for i in keep] for r in rows]
+                left_out.append(name)
+            if self._rich_table(title, columns, rows, align):
+                if left_out:
+                    self.wrapped(f"Left out to fit {self.width + 1} columns: "
+                                 f"{', '.join(left_out)} (--verbose and the checklist "
+                                 f"have every column).")
+                    self.line("")
+                return True
+        return False
+
     def _rich_table(self, title: str, columns: List[str], rows: List[List[str]],
                     align: List[str]) -> bool:
         """Print the table with rich if it fits the terminal whole; False if not."""
@@ -77,8 +99,10 @@ class Printer:
         from rich.measure import Measurement
         from rich.table import Table
         assert self.console is not None
+        title = "\n".join(textwrap.wrap(title, width=self.width, subsequent_indent="  ",
+                                         break_on_hyphens=False))
         t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
-                  show_edge=False, pad_edge=False)
+                  show_edge=False, pad_edge=False, collapse_padding=True)
         for c, a in zip(columns, align):
             t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
         for r in rows:

@@ -261,7 +261,7 @@ def print_summary(out: Printer, doc: Dict[str, Any], headline: bool = True) -> N
     """The default output after a run: the headline, then the compact table."""
     if headline:
         print_headline(out, doc)
-    out.table(*compact_table(doc))
+    out.table(*compact_table(doc), optional=("min-max", "p50 ms", "check", "flush/tx"))
     timed = "+".join(doc["params"]["bench"]["timed_region"])
     out.wrapped(f"ops/s = transactions / timed wall ({timed}); * = the baseline; KB/tx, "
                 f"flush/tx: the device's own counters per transaction. Every column and what "
