@@ -21,9 +21,10 @@ class Printer:
     """rich tables on a terminal, plain aligned text otherwise.
 
     On a terminal narrower than the output's 120 columns, paragraphs wrap to the
-    terminal, and a table too wide for it is printed as plain aligned text (the
-    terminal folds its long lines): rich would cut every cell to fit, and a
-    figure cut to ``3…`` is no figure."""
+    terminal, and a table too wide for it leaves out the columns its caller marked
+    optional, or else is printed whole as plain aligned text (the terminal folds
+    its long lines): rich would cut every cell to fit, and a figure cut to ``3…``
+    is no figure."""
 
     def __init__(self, plain: bool, stream: Optional[TextIO] = None) -> None:
         self.stream = stream if stream is not None else sys.stdout
@@ -85,7 +86,8 @@ class Printer:
                 left_out.append(name)
             if self._rich_table(title, columns, rows, align):
                 if left_out:
-                    self.wrapped(f"Left out to fit {self.width + 1} columns: "
+                    assert self.console is not None
+                    self.wrapped(f"Left out to fit {self.console.width} columns: "
                                  f"{', '.join(left_out)} (--verbose and the checklist "
                                  f"have every column).")
                     self.line("")
