@@ -261,14 +261,19 @@ void flush_region_await_writer(volatile flush_region *r, int us){
   __atomic_sub_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
 }
 
-void flush_region_released(volatile flush_region *r){
+/* Bump `unlocks`, then wake its waiters: all of them if `all` or a leader
+** gathers, else one lock waiter. The counts are read after the bump: a
+** waiter counts itself before it compares the word (no lost wake-up). */
+static void bump_unlocks(volatile flush_region *r, int all){
   __atomic_add_fetch(&r->unlocks, 1, __ATOMIC_SEQ_CST);
-  if( load32(&r->gathering) ){
+  if( all || load32(&r->gathering) ){
     syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAKE, INT_MAX, 0, 0, 0);
   }else if( load32(&r->lockWaiters) ){
     syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAKE, 1, 0, 0, 0);
   }
 }
+
+void flush_region_released(volatile flush_region *r){ bump_unlocks(r, 0); }
 
 static u32 now_ms_nonzero(void){
   u32 ms = (u32)(now_us() / 1000);
@@ -277,10 +282,7 @@ static u32 now_ms_nonzero(void){
 
 void flush_region_checkpointing(volatile flush_region *r, int on){
   __atomic_store_n(&r->ckptMs, on ? now_ms_nonzero() : 0, __ATOMIC_SEQ_CST);
-  if( !on ){
-    __atomic_add_fetch(&r->unlocks, 1, __ATOMIC_SEQ_CST);
-    syscall(SYS_futex, (u32*)&r->unlocks, FUTEX_WAKE, INT_MAX, 0, 0, 0);
-  }
+  if( !on ) bump_unlocks(r, 1);
 }
 
 int flush_region_checkpoint_running(volatile flush_region *r){
@@ -306,7 +308,7 @@ static void sleep_on(volatile u32 *w, u32 seen){
 /* F4: the leader has held its lock for longer than any flush should take
 ** (a dead leader's lock is gone: the kernel released it), or this waiter
 ** has waited that long without leading (it has no descriptor to lock). */
-static int leader_stuck(volatile flush_region *r, i64 waitingSince){
+static int unled_too_long(volatile flush_region *r, i64 waitingSince){
   u64 since = load64(&r->leaderSince);
   i64 now = now_us();
   return (since && now - (i64)since>=(i64)STUCK_MS * 1000)
@@ -326,7 +328,7 @@ int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
     if( load64(&r->durable)>=ticket ) return SQLITE_OK;
     if( load32(&r->poison) ) return poisoned(pLog);
     rc = try_lead(pLog, r, ticket);
-    if( rc==SQLITE_BUSY && leader_stuck(r, since) ) rc = flush_for_all(pLog, r);
+    if( rc==SQLITE_BUSY && unled_too_long(r, since) ) rc = flush_for_all(pLog, r);
     if( rc!=SQLITE_BUSY ){
       if( rc ) return rc;
       continue;

@@ -45,10 +45,13 @@ class Printer:
             print(text, file=self.stream)
         self.stream.flush()
 
+    def _wrap(self, text: str, indent: str = "  ") -> List[str]:
+        return textwrap.wrap(text, width=self.width, subsequent_indent=indent,
+                             break_on_hyphens=False)
+
     def wrapped(self, text: str, indent: str = "  ") -> None:
         """A paragraph wrapped to the output's width, continuation lines indented."""
-        for line in textwrap.wrap(text, width=self.width, subsequent_indent=indent,
-                                  break_on_hyphens=False) or [""]:
+        for line in self._wrap(text, indent) or [""]:
             self.line(line)
 
     def table(self, title: str, columns: List[str], rows: List[List[str]],
@@ -64,8 +67,7 @@ class Printer:
         def fmt(cells: List[str]) -> str:
             return "  ".join(c.rjust(w) if a == "r" else c.ljust(w)
                              for c, w, a in zip(cells, widths, align)).rstrip()
-        for line in textwrap.wrap(title, width=self.width, subsequent_indent="  ",
-                                  break_on_hyphens=False):
+        for line in self._wrap(title):
             print(line, file=self.stream)
         print(fmt(columns), file=self.stream)
         print("  ".join("-" * w for w in widths), file=self.stream)
@@ -101,10 +103,8 @@ class Printer:
         from rich.measure import Measurement
         from rich.table import Table
         assert self.console is not None
-        title = "\n".join(textwrap.wrap(title, width=self.width, subsequent_indent="  ",
-                                         break_on_hyphens=False))
-        t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left",
-                  show_edge=False, pad_edge=False, collapse_padding=True)
+        t = Table(title="\n".join(self._wrap(title)), box=box.SIMPLE_HEAD,
+                  title_justify="left", show_edge=False, pad_edge=False, collapse_padding=True)
         for c, a in zip(columns, align):
             t.add_column(c, justify="right" if a == "r" else "left", no_wrap=True)
         for r in rows:
