@@ -18,7 +18,7 @@
 **      default VFS for the whole process and stays loaded.
 **
 ** Per-database options are URI parameters (file:x.db?waldio_layout=pad4k):
-**   waldio_layout    auto | embed | pad4k | pad8k (physical frame layout)
+**   waldio_layout    auto | standard | embed | pad4k | pad8k (log layout)
 **   waldio_sync      auto | persistent | ns     (see below)
 **   waldio_io        direct | auto | buffered   (O_DIRECT policy)
 **   waldio_prealloc  bytes (K/M/G suffix ok)    (initial log size)
@@ -51,14 +51,17 @@ extern "C" {
 #define WALDIO_VFS_NAME      "waldio"
 
 /* Physical layouts of the log (docs/format.md §3). */
-#define WALDIO_LAYOUT_AUTO   0   /* embed where the database allows it (24+
-                                 ** reserved bytes, pages of whole blocks),
-                                 ** else pad4k: never refuses a database */
+#define WALDIO_LAYOUT_AUTO   0   /* an existing log keeps its layout; a new
+                                 ** log is standard: never refuses a database */
 #define WALDIO_LAYOUT_EMBED  1   /* frame header in the page's reserved tail:
                                  ** one frame = one page = whole blocks.
                                  ** Needs >= 24 reserved bytes per page. */
 #define WALDIO_LAYOUT_PAD4K  2   /* header in its own 4 KiB block + page */
 #define WALDIO_LAYOUT_PAD8K  3   /* the same, frames aligned to 8 KiB */
+#define WALDIO_LAYOUT_STANDARD 4 /* SQLite's own -wal and -shm bytes: stock
+                                 ** SQLite, the sqlite3 shell and Litestream
+                                 ** share the database; waldio changes only
+                                 ** how the bytes reach the disk */
 
 /* How commits reach stable storage (docs/durability.md). */
 #define WALDIO_SYNC_AUTO       0 /* follow PRAGMA synchronous: FULL => direct

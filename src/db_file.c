@@ -86,7 +86,7 @@ static void close_shm_host(waldio_db_file *p){
 
 /* Non-zero if a waldio log (a valid superblock in block 0) is at the WAL
 ** path. Read with a plain descriptor: nothing locks or depends on it. */
-static int has_waldio_log(waldio_db_file *p){
+int waldio_db_has_slotted_log(waldio_db_file *p){
   u8 meta[WALDIO_META_BYTES];
   wal_superblock sb;
   int fd, ok = 0;
@@ -116,7 +116,7 @@ int waldio_db_passthrough(waldio_db_file *p, int *pRc){
     if( rc==SQLITE_OK ){
       /* A waldio log beside it says otherwise: page 1 was torn by a crash
       ** (its good copy is in the log, which recovery replays). */
-      p->passthrough = memcmp(h, zMagic, sizeof(h))!=0 && !has_waldio_log(p);
+      p->passthrough = memcmp(h, zMagic, sizeof(h))!=0 && !waldio_db_has_slotted_log(p);
     }else if( rc!=SQLITE_IOERR_SHORT_READ ){
       *pRc = rc;
       return 0;
@@ -135,6 +135,7 @@ static sqlite3_file *shm_host(waldio_db_file *p, int *pRc){
 
   *pRc = SQLITE_OK;
   if( p->pShmHost ) return p->pShmHost;
+  if( p->nativeShm ) return ORIGFILE(p);
   if( waldio_db_passthrough(p, pRc) ) return ORIGFILE(p);
   if( *pRc ) return 0;
   if( !p->zWalPath ){
@@ -346,6 +347,11 @@ int waldio_db_only_statement(waldio_db_file *p){
 static void release_read_lock_early(waldio_db_file *p){
   int rc;
   sqlite3_file *h;
+  /* Not where stock processes share the wal-index: a stock checkpointer
+  ** with synchronous=OFF copies frames without syncing the log first, and
+  ** this lock is what keeps it from copying a commit that is not durable
+  ** yet (durability.md, "Stock processes in the standard layout"). */
+  if( p->nativeShm ) return;
   if( !p->readSlot || !waldio_db_only_statement(p) ) return;
   h = shm_host(p, &rc);
   if( h && h->pMethods->xShmLock(h, p->readSlot, 1,
@@ -396,7 +402,7 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       return SQLITE_OK;
     case SQLITE_FCNTL_PERSIST_WAL: {
       int *pVal = pArg;
-      if( p->passthrough>0 ) break;            /* the lower VFS's WAL */
+      if( p->passthrough>0 || p->zStockIo ) break;   /* the lower VFS's WAL */
       if( *pVal>=0 ){
         p->persistWal = *pVal;
       }else{
@@ -452,7 +458,7 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       }
       break;
     case SQLITE_FCNTL_EXTERNAL_READER:
-      if( p->passthrough>0 ) break;
+      if( p->passthrough>0 || p->nativeShm ) break;
       if( p->pShmHost ){
         return p->pShmHost->pMethods->xFileControl(p->pShmHost, op, pArg);
       }
@@ -480,7 +486,15 @@ volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc){
   volatile void *pMap = 0;
   sqlite3_file *h;
   *pRc = SQLITE_OK;
-  if( p->pFlush || !p->shm0 || !p->pShmHost ) return p->pFlush;
+  if( p->pFlush || !p->shm0 ) return p->pFlush;
+  if( p->nativeShm ){
+    waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
+    if( pLog && log_group_mode(pLog)!=WALDIO_GROUP_OFF ){
+      p->pFlush = flush_side_region(&pLog->side, pLog->sys, pLog->zPath, pRc);
+    }
+    return p->pFlush;
+  }
+  if( !p->pShmHost ) return p->pFlush;
   h = p->pShmHost;
   *pRc = h->pMethods->xShmMap(h, 0, WAL_INDEX_REGION_BYTES, 1, &pMap);
   if( *pRc==SQLITE_OK && !pMap ) *pRc = SQLITE_IOERR_SHMMAP;
@@ -722,7 +736,7 @@ static int dbShmUnmap(sqlite3_file *f, int deleteFlag){
   if( p->pShmHost ){
     rc = p->pShmHost->pMethods->xShmUnmap(p->pShmHost, deleteFlag);
     close_shm_host(p);
-  }else if( p->passthrough>0 ){
+  }else if( p->passthrough>0 || p->nativeShm ){
     rc = ORIGFILE(p)->pMethods->xShmUnmap(ORIGFILE(p), deleteFlag);
   }
   return rc;
@@ -746,15 +760,25 @@ const sqlite3_io_methods waldio_db_io_methods = {
   dbFetch, dbUnfetch
 };
 
+/* A layout of waldio's own (a slotted log beside the database, or one
+** asked for by name) cannot share the database with stock SQLite. */
+static int wants_slotted(waldio_db_file *p){
+  const wal_layout *pAsked = wal_layout_find(p->opts.layout);
+  if( pAsked && !(pAsked->flags & LAYOUT_NATIVE_SHM) ) return 1;
+  return waldio_db_has_slotted_log(p);
+}
+
 /* A database that stock SQLite has open in WAL mode is refused here, at
-** sqlite3_open: refused when its WAL is opened, at the first statement, the
-** SQLITE_BUSY would make SQLite retry for the whole busy timeout first
-** (btree.c retries a transaction start). The WAL open checks again for a
-** stock process that came in between (log_open.c). Lower file closed. */
+** sqlite3_open, if this connection would give it a slotted log: refused
+** when its WAL is opened, at the first statement, the SQLITE_BUSY would make
+** SQLite retry for the whole busy timeout first (btree.c retries a
+** transaction start). The slotted layouts check again for a stock process
+** that came in between (log_superblock.c). The standard layout shares the
+** database with stock SQLite. Lower file closed. */
 static int refuse_if_stock(waldio_db_file *p){
   char *zShm;
   int rc = SQLITE_OK;
-  if( !p->zName ) return SQLITE_OK;
+  if( !p->zName || !wants_slotted(p) ) return SQLITE_OK;
   zShm = sqlite3_mprintf("%s-shm", p->zName);
   if( !zShm ){
     rc = SQLITE_NOMEM;

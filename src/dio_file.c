@@ -112,6 +112,30 @@ static int probe_dio(dio_file *f, const struct stat *st, const struct statfs *sf
   return 1;
 }
 
+int dio_supported_at(const waldio_syscalls *sys, const char *zPath,
+                     const char **pzWhy){
+  struct statfs sf;
+  struct statx sx;
+  if( statfs(zPath, &sf) ) return 1;      /* dio_open will say what is wrong */
+  if( sf.f_type==FUSE_SUPER_MAGIC ){
+    *pzWhy = "a FUSE file system (LiteFS and others check every write to"
+             " -wal and cannot take direct or preallocating writes)";
+    return 0;
+  }
+  if( sf.f_type==TMPFS_MAGIC || sf.f_type==RAMFS_MAGIC ){
+    *pzWhy = "a memory-backed file system (tmpfs/ramfs) has no direct I/O";
+    return 0;
+  }
+  memset(&sx, 0, sizeof(sx));
+  if( sys->xStatx(AT_FDCWD, zPath, 0, STATX_DIOALIGN, &sx)==0
+   && (sx.stx_mask & STATX_DIOALIGN) && sx.stx_dio_offset_align==0 ){
+    *pzWhy = "statx reports no direct I/O support for this file system"
+             " (ext4 data=journal, inline data, verity or encryption?)";
+    return 0;
+  }
+  return 1;
+}
+
 static int open_fd(dio_file *f, int flags, mode_t mode, int *pCreated){
   int fd;
   *pCreated = 0;

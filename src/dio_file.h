@@ -53,6 +53,11 @@ int dio_open(dio_file *f, const waldio_syscalls *sys, const char *zPath,
              int io, mode_t mode, int *pCreated);
 void dio_close(dio_file *f);
 
+/* Whether a log beside the file at zPath could use direct I/O (1), or why
+** not (0, *pzWhy: FUSE, tmpfs, statx says none). Opens nothing. */
+int dio_supported_at(const waldio_syscalls *sys, const char *zPath,
+                     const char **pzWhy);
+
 void *dio_alloc(const dio_file *f, size_t n);
 void dio_free(void *p);
 

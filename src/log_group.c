@@ -278,9 +278,13 @@ int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
     if( rc==SQLITE_OK ) rc = log_sync(pLog);
   }
   if( rc ) return rc;
-  if( mode!=WALDIO_GROUP_OFF && was==WALDIO_GROUP_OFF && !pLog->file.readonly ){
+  if( mode!=WALDIO_GROUP_OFF && was==WALDIO_GROUP_OFF && !pLog->file.readonly
+   && !(pLog->pLayout->flags & LAYOUT_NATIVE_SHM) ){
     /* L5: an atomic upgrade of USE; refused, the shared lock stays held and
-    ** the process joins the others in shared group commit. */
+    ** the process joins the others in shared group commit. (A layout whose
+    ** wal-index stock SQLite shares is never solo: a stock process opens it
+    ** without knocking, and would read published frames that only this
+    ** process's memory holds.) */
     solo = log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE)==0;
   }
   pthread_mutex_lock(&pLog->mutex);

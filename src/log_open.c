@@ -9,21 +9,13 @@
 **   1. The descriptor must still be the file at the path: a conversion in
 **      another process may have renamed a new log over it, and this process
 **      then holds the old, unlinked inode. If so, close and reopen.
-**   2. Block 0 decides:
-**        empty or unrecognized file     -> format fresh: zero-fill the
-**                                          initial preallocation, write the
-**                                          superblock, fdatasync, fsync the
-**                                          directory (needs "alone");
-**        waldio superblock              -> use it: set the guard if it is
-**                                          clear, switch an empty log to the
-**                                          asked layout (only when alone);
-**        standard SQLite WAL (3007000)  -> wal_convert.c re-lays the
-**                                          committed frames into a new file
-**                                          and renames it over the old one
-**                                          (needs alone); reopen;
-**        guard but broken superblock    -> refuse: the log may hold
-**                                          committed transactions.
-**      "Alone" is LOG_LOCK_USE taken exclusively without waiting.
+**   2. What the file holds decides its layout (init_file below), and the
+**      layout brings it into shape (wal_layout.h xAttach): a slotted
+**      layout formats a fresh block 0 or adopts the one it finds
+**      (log_superblock.c); the standard layout adopts SQLite's header as it
+**      is (layout_standard.c). A standard WAL an opener asked to have in a
+**      slotted layout is converted (wal_convert.c; needs "alone"). "Alone"
+**      is LOG_LOCK_USE taken exclusively without waiting.
 **   3. Take LOG_LOCK_USE shared (an atomic downgrade where step 2 took it
 **      exclusively) and release INIT. If a process in solo group mode holds
 **      USE exclusively, knock (LOG_LOCK_KNOCK shared), release INIT, and
@@ -32,16 +24,12 @@
 ** Every opener re-reads block 0 after its lock wait, so concurrent first
 ** opens all succeed: the first formats, the others find the format done.
 **
-** Why the guard may be set without being alone: every read-write opener
-** sets it under INIT before it takes USE, and only an opener that is alone
-** clears it, so a clear guard seen under INIT means no read-write process
-** has the log open; read-only ones never write block 0.
+** The slotted layouts' guard (log_superblock.c) relies on this order.
 */
 #include "wal_log.h"
 #include "errors.h"
 #include "log_flusher.h"
 #include "sqlite_api.h"
-#include "stock_guard.h"
 #include "wal_convert.h"
 
 #include <errno.h>
@@ -164,96 +152,56 @@ int log_damaged_error(const char *zPath, const u8 *meta){
       zPath, zDamage ? zDamage : "no valid superblock", nDb, zPath, zPath);
 }
 
-static int alone(waldio_log *pLog){
+int log_alone(waldio_log *pLog){
   return log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_USE, LOG_EXCLUSIVE)==0;
 }
 
-static int in_use_error(waldio_log *pLog, const char *zWhat){
+int log_in_use_error(waldio_log *pLog, const char *zWhat){
   return waldio_error(SQLITE_BUSY, "%s: cannot %s the log while another"
       " process has it open", pLog->zPath, zWhat);
 }
 
-static int format_fresh(waldio_log *pLog, const log_request *req){
-  wal_superblock sb;
-  const char *zWhy;
-  i64 size, area;
-  int rc;
-
-  if( !alone(pLog) ) return in_use_error(pLog, "initialize");
-  memset(&sb, 0, sizeof(sb));
-  sb.flags = SB_FLAG_GUARD;
-  zWhy = wf_geometry(&sb.geo, (u32)req->layout, pLog->file.block, 0);
-  if( zWhy ) return waldio_error(SQLITE_CANTOPEN, "%s: %s", pLog->zPath, zWhy);
-  rc = dio_file_size(&pLog->file, &size);
-  if( rc==SQLITE_OK && size>0 ) rc = dio_truncate(&pLog->file, 0);
-  if( rc ) return rc;
-  dio_set_nocow(&pLog->file);
-  /* Block 0 (the header area) only: the first direct write preallocates
-  ** (wal_log.c, L1); a database whose commits all go through the page
-  ** cache (large transactions, NORMAL, OFF) never zero-fills anything. */
-  area = log_round_up(sb.geo.area, pLog->file.block);
-  rc = dio_zero_fill(&pLog->file, 0, area);
-  if( rc==SQLITE_OK ) rc = log_write_meta(pLog, &sb, META_ADVISORY);
-  if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
-  /* Always: a creator killed before its directory fsync leaves a name that
-  ** a crash could lose, whoever formats the file afterwards. */
-  if( rc==SQLITE_OK ) rc = dio_sync_dir(pLog->sys, pLog->zPath);
-  if( rc ) return rc;
-  pLog->physSize = pLog->durableEnd = area;
-  pLog->zLayoutWhy = req->zLayoutWhy;
-  log_adopt_meta(pLog, &sb);
-  return SQLITE_OK;
+static int attach_as(waldio_log *pLog, int layout, const log_request *req,
+                     const wal_superblock *pFound, i64 size){
+  pLog->pLayout = wal_layout_find(layout);
+  if( !pLog->pLayout ){
+    return waldio_error(SQLITE_CANTOPEN, "%s: unknown log layout %d",
+                        pLog->zPath, layout);
+  }
+  return pLog->pLayout->xAttach(pLog, req, pFound, size);
 }
 
-/* Switch an empty log to the layout this opener asked for. */
-static int relayout_empty(waldio_log *pLog, wal_superblock *sb, int layout){
-  wal_superblock n;
-  const char *zWhy;
-  memset(&n, 0, sizeof(n));
-  n.flags = SB_FLAG_GUARD;
-  zWhy = wf_geometry(&n.geo, (u32)layout, sb->geo.block, sb->geo.page);
-  if( zWhy ) return waldio_error(SQLITE_CANTOPEN, "%s: %s", pLog->zPath, zWhy);
-  *sb = n;
-  return log_write_meta(pLog, sb, META_ADVISORY);
+/* A slotted log found; an opener that asked for the standard layout by
+** name turns it into one if it holds no frames and nobody else has it
+** open (an empty standard WAL is an empty file). Otherwise an existing log
+** keeps its layout. */
+static int attach_found(waldio_log *pLog, const log_request *req,
+                        const wal_superblock *sb, i64 size){
+  const wal_layout *pAsked = wal_layout_find(req->layout);
+  if( req->opts->layout!=WALDIO_LAYOUT_AUTO && pAsked
+   && (pAsked->flags & LAYOUT_NATIVE_SHM) && !pLog->file.readonly
+   && !(sb->flags & SB_FLAG_HAS_HEADER) && log_alone(pLog) ){
+    int rc = dio_truncate(&pLog->file, 0);
+    return rc ? rc : attach_as(pLog, req->layout, req, 0, 0);
+  }
+  return attach_as(pLog, (int)sb->geo.layout, req, sb, size);
 }
 
-static int use_existing(waldio_log *pLog, const log_request *req,
-                        wal_superblock *sb, i64 size){
-  int rc = SQLITE_OK;
-  if( sb->format!=WALDIO_FORMAT ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: written by a waldio with log"
-        " format %u; this libwaldio reads format %u", pLog->zPath, sb->format,
-        WALDIO_FORMAT);
-  }
-  if( pLog->file.direct && sb->geo.block % pLog->file.offAlign ){
-    return waldio_error(SQLITE_CANTOPEN, "%s: the log's block size %u is not a"
-        " multiple of this device's direct-I/O alignment %u; detach it"
-        " (waldio detach) where it was created", pLog->zPath, sb->geo.block,
-        pLog->file.offAlign);
-  }
-  pLog->zLayoutWhy = "the log already has this layout (it holds frames, or"
-                     " another process has it open)";
-  if( !pLog->file.readonly ){
-    if( !(sb->flags & SB_FLAG_HAS_HEADER) && sb->geo.layout!=(u32)req->layout
-     && alone(pLog) ){
-      rc = relayout_empty(pLog, sb, req->layout);
-      pLog->zLayoutWhy = req->zLayoutWhy;
-    }else if( !(sb->flags & SB_FLAG_GUARD) ){
-      sb->flags |= SB_FLAG_GUARD;          /* F4: in use from now on */
-      rc = log_write_meta(pLog, sb, META_ADVISORY);
-    }
-    if( sb->geo.layout==(u32)req->layout ) pLog->zLayoutWhy = req->zLayoutWhy;
-  }
-  pLog->physSize = size / sb->geo.block * sb->geo.block;
-  pLog->durableEnd = 0;     /* L1: a killed process may have left bytes unflushed */
-  log_adopt_meta(pLog, sb);
-  return rc;
-}
-
-/* Inspect block 0 and bring the file into waldio format, INIT held.
+/* What the file holds decides, INIT held:
+**   a waldio superblock             -> that slotted layout (attach_found)
+**   a guard header, or a superblock
+**   that fails its checks           -> refuse: it may hold commits
+**   a standard SQLite WAL (3007000) -> the standard layout, or, for an
+**                                      opener that asked for a slotted
+**                                      one, wal_convert.c re-lays its
+**                                      frames (needs alone); reopen
+**   empty, or anything else         -> the asked layout's fresh log (the
+**                                      standard layout refuses data after a
+**                                      broken header)
 ** Returns SQLITE_OK, WALDIO_CONVERTED (reopen: the file was replaced) or an
 ** error. */
 static int init_file(waldio_log *pLog, const log_request *req){
+  const wal_layout *pAsked = wal_layout_find(req->layout);
   u8 aMeta[WALDIO_META_BYTES];
   wal_superblock sb;
   size_t got = 0;
@@ -263,38 +211,31 @@ static int init_file(waldio_log *pLog, const log_request *req){
 
   rc = dio_file_size(&pLog->file, &size);
   if( rc ) return rc;
+  memset(aMeta, 0, sizeof(aMeta));
   if( size>0 ){
-    memset(aMeta, 0, sizeof(aMeta));
     rc = log_read_meta(pLog, aMeta, &got);
     if( rc ) return rc;
-    d = wf_decode_block0(aMeta, &sb);
-    if( d>0 ) return use_existing(pLog, req, &sb, size);
-    if( d<0 ) return log_damaged_error(pLog->zPath, aMeta);
-    if( wf_parse_sqlite_header(aMeta, &version, &page) ){
-      if( version==WAL_FORMAT_VERSION ){
-        if( pLog->file.readonly ){
-          return waldio_error(SQLITE_READONLY, "%s: a standard-format WAL that"
-              " this read-only connection cannot convert; open the database"
-              " read-write once (or checkpoint it with stock SQLite)",
-              pLog->zPath);
-        }
-        if( !alone(pLog) ) return in_use_error(pLog, "convert");
-        return wal_convert_standard(pLog->sys, pLog->zPath, &pLog->file,
-                                    req->opts, req->layout);
-      }
-      if( version==WALDIO_GUARD_VERSION ){
-        return log_damaged_error(pLog->zPath, aMeta);
-      }
+  }
+  d = wf_decode_block0(aMeta, &sb);
+  if( d>0 ) return attach_found(pLog, req, &sb, size);
+  if( d<0 ) return log_damaged_error(pLog->zPath, aMeta);
+  if( wf_parse_sqlite_header(aMeta, &version, &page)
+   && version==WALDIO_GUARD_VERSION ){
+    return log_damaged_error(pLog->zPath, aMeta);
+  }
+  if( version==WAL_FORMAT_VERSION && pAsked
+   && !(pAsked->flags & LAYOUT_NATIVE_SHM) ){
+    if( pLog->file.readonly ){
+      return waldio_error(SQLITE_READONLY, "%s: a standard-format WAL that"
+          " this read-only connection cannot convert; open the database"
+          " read-write once (or checkpoint it with stock SQLite)",
+          pLog->zPath);
     }
+    if( !log_alone(pLog) ) return log_in_use_error(pLog, "convert");
+    return wal_convert_standard(pLog->sys, pLog->zPath, &pLog->file,
+                                req->opts, req->layout);
   }
-  if( pLog->file.readonly ){
-    memset(&sb, 0, sizeof(sb));
-    sb.geo.block = pLog->file.block;
-    log_adopt_meta(pLog, &sb);
-    return SQLITE_OK;
-  }
-  /* Empty, or nothing SQLite would recover either: start afresh. */
-  return format_fresh(pLog, req);
+  return attach_as(pLog, req->layout, req, 0, size);
 }
 
 /* Step 1: is the descriptor still the file at the path? */
@@ -365,7 +306,8 @@ static void apply_owner(waldio_log *pLog, const log_request *req){
 }
 
 static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
-                           const waldio_options *o){
+                           const log_request *req){
+  const waldio_options *o = req->opts;
   waldio_log *pLog = calloc(1, sizeof(*pLog));
   if( !pLog ) return 0;
   pLog->zPath = strdup(zPath);
@@ -380,6 +322,8 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
   pthread_mutex_init(&pLog->mutex, 0);
   pthread_mutex_init(&pLog->growMutex, 0);
   pthread_mutex_init(&pLog->leaderMutex, 0);
+  flush_side_init(&pLog->side, req->mode, req->uid, req->gid);
+  pLog->lastBlockOff = -1;
   group_init(&pLog->group);
   pLog->group.capBytes = o->group_bytes;
   pLog->group.intervalMs = o->group_ms;
@@ -388,6 +332,9 @@ static waldio_log *log_new(const waldio_syscalls *sys, const char *zPath,
 
 static void log_free(waldio_log *pLog){
   dio_close(&pLog->file);     /* drops this process's locks (L5) */
+  flush_side_close(&pLog->side, pLog->sys);
+  pthread_mutex_destroy(&pLog->side.mutex);
+  free(pLog->aLastBlock);
   if( pLog->leaderFd>=0 ) pLog->sys->xClose(pLog->leaderFd);
   group_free(&pLog->group);
   frame_cache_free(&pLog->cache);
@@ -422,9 +369,6 @@ static int open_once(log_registry *r, waldio_log *pLog, const log_request *req,
   }
   pLog->dev = st.st_dev;
   pLog->ino = st.st_ino;
-  if( req->zStockShm && stock_sqlite_active(req->zStockShm) ){
-    return waldio_stock_refusal(req->zStockShm);
-  }
   rc = attach_locked(pLog, req);
   if( rc ) return rc;
   pLog->nRef = 1;
@@ -440,7 +384,7 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
   *ppLog = 0;
   pthread_mutex_lock(&r->mutex);
   for(attempt=0; attempt<8; attempt++){
-    waldio_log *pLog = log_new(sys, zPath, req->opts);
+    waldio_log *pLog = log_new(sys, zPath, req);
     if( !pLog ){ rc = SQLITE_NOMEM; break; }
     rc = open_once(r, pLog, req, ppLog);
     if( *ppLog!=pLog ) log_free(pLog);   /* shared an open log, or failed */
@@ -456,39 +400,15 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
   return rc;
 }
 
-/* Frames this process left to the kernel (synchronous=OFF writes nobody
-** flushed) are all in the database now: drop them before write-back, as
-** stock SQLite does by deleting its WAL, by cutting the file to block 0.
-** Before block 0 is emptied: a crash in between finds a generation with no
-** frames, and recovery replays nothing. */
-static int drop_unflushed(waldio_log *pLog){
-  i64 area;
-  int unflushed;
-  pthread_mutex_lock(&pLog->mutex);
-  unflushed = pLog->flushedSeq<pLog->writeSeq;
-  area = log_round_up(pLog->sb.geo.area, pLog->file.block);
-  pthread_mutex_unlock(&pLog->mutex);
-  return unflushed ? log_truncate_physical(pLog, area) : SQLITE_OK;
-}
-
-/* The last close after a clean checkpoint: drop the generation; if no
-** other process has the log open, also the guard (F4) and every byte beyond
-** idleKeep, so that an idle database leaves a bounded log whatever its
-** transactions were (stock SQLite deletes its WAL here). What is kept is
-** allocated and written: the next session's first direct commits need only
-** one fdatasync, no zero-fill (durability.md, "The log left beside an idle
-** database"). Another process with the log open may still need any of it:
-** then nothing is cut. */
+/* The last close after a clean checkpoint (wal_layout.h xCloseClean), under
+** LOG_LOCK_INIT: nobody opens the log meanwhile. */
 static int close_clean(waldio_log *pLog, i64 idleKeep){
-  int fd = pLog->file.fd, rc = SQLITE_OK, solo;
+  int fd = pLog->file.fd, rc;
   if( pLog->file.readonly ) return SQLITE_OK;
   if( log_lock_wait(pLog->sys, fd, LOG_LOCK_INIT, LOG_EXCLUSIVE, INIT_WAIT_MS) ){
-    return SQLITE_OK;          /* advisory: the log stays guarded */
+    return SQLITE_OK;          /* advisory: the log stays as it is */
   }
-  solo = alone(pLog);
-  if( solo ) rc = drop_unflushed(pLog);
-  if( rc==SQLITE_OK ) rc = log_set_empty(pLog, !solo);
-  if( rc==SQLITE_OK && solo ) rc = log_trim(pLog, idleKeep);
+  rc = pLog->pLayout->xCloseClean(pLog, idleKeep, log_alone(pLog));
   log_lock(pLog->sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
   return rc;
 }
@@ -510,6 +430,8 @@ int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep){
     ** its flusher thread does not exist here: close the descriptor (the
     ** parent's open file and locks live on) and free the memory only. */
     dio_close(&pLog->file);
+    flush_side_close(&pLog->side, pLog->sys);
+    free(pLog->aLastBlock);
     dio_free(pLog->group.aBuf);
     dio_free(pLog->group.aFlight);
     frame_cache_free(&pLog->cache);

@@ -23,12 +23,12 @@ void waldio_options_default(waldio_options *o){
   o->group_ms = WALDIO_DEFAULT_GROUP_MS;
 }
 
-static const char *azLayout[] = { "auto", "embed", "pad4k", "pad8k" };
+static const char *azLayout[] = { "auto", "embed", "pad4k", "pad8k", "standard" };
 static const char *azIo[] = { "direct", "auto", "buffered" };
 static const char *azGroup[] = { "off", "async", "durable", "strict" };
 
 const char *waldio_layout_name(int layout){
-  return layout>=0 && layout<=3 ? azLayout[layout] : "unknown";
+  return layout>=0 && layout<=WALDIO_LAYOUT_STANDARD ? azLayout[layout] : "unknown";
 }
 
 const char *waldio_io_name(int io){
@@ -49,7 +49,7 @@ int waldio_parse_group(const char *z, int *pOut){
 
 int waldio_parse_layout(const char *z, int *pOut){
   int i;
-  for(i=0; i<=3; i++){
+  for(i=0; i<=WALDIO_LAYOUT_STANDARD; i++){
     if( strcasecmp(z, azLayout[i])==0 ){ *pOut = i; return 0; }
   }
   return -1;
@@ -109,7 +109,7 @@ int waldio_options_from_uri(waldio_options *o, const char *zUri){
   const char *z;
   if( (z = sqlite3_uri_parameter(zUri, "waldio_layout"))!=0
    && waldio_parse_layout(z, &o->layout) ){
-    return bad_uri("waldio_layout", z, "auto, embed, pad4k or pad8k");
+    return bad_uri("waldio_layout", z, "auto, standard, embed, pad4k or pad8k");
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_sync"))!=0
    && waldio_parse_sync(z, &o->sync) ){

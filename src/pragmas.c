@@ -16,6 +16,9 @@
 **                                   process (other processes may join)
 **   PRAGMA waldio_group_bytes[=N];  group buffer size (4K..16M)
 **   PRAGMA waldio_group_ms[=N];     async group interval in milliseconds
+**   PRAGMA waldio_layout[=L];       the log's layout; setting it names the
+**                                   layout a new log of this connection
+**                                   gets (an open log keeps its own)
 **
 ** SQLite shows a handled pragma's answer as one row with one column, so
 ** structured answers are JSON objects. Unknown waldio_* names are an error,
@@ -96,6 +99,12 @@ static char *status_json(waldio_db_file *p){
       pLog ? "true" : "false",
       p->passthrough>0 ? "true" : "false");
   sqlite3_free(zVfs);
+  if( z && !pLog && p->zStockIo ){
+    char *zWhy = json_str(p->zStockIo);
+    z = sqlite3_mprintf("%z,\"layout\":\"standard\",\"io\":\"stock\","
+        "\"io_reason\":%s,\"wal_index\":\"sqlite\"", z, zWhy);
+    sqlite3_free(zWhy);
+  }
   if( z && pLog ){
     const dio_file *f = &pLog->file;
     wal_geometry g;
@@ -108,13 +117,20 @@ static char *status_json(waldio_db_file *p){
     pthread_mutex_unlock(&pLog->mutex);
     char *zWal = json_str(pLog->zPath), *zSrc = json_str(f->zDioSource);
     char *zWhy = json_str(pLog->zLayoutWhy ? pLog->zLayoutWhy : "");
-    z = sqlite3_mprintf("%z,\"wal\":%s,\"layout\":\"%s\",\"layout_reason\":%s,\"io\":\"%s\","
+    char *zSide = json_str(pLog->side.zWhy);
+    z = sqlite3_mprintf("%z,\"wal_index\":\"%s\",\"flush_region\":\"%s\","
+        "\"flush_region_reason\":%s", z,
+        p->nativeShm ? "sqlite" : "waldio",
+        !p->nativeShm ? "wal-index" : pLog->side.pRegion ? "side file"
+          : pLog->side.tried ? "none" : "not needed yet", zSide);
+    sqlite3_free(zSide);
+    if( z ) z = sqlite3_mprintf("%z,\"wal\":%s,\"layout\":\"%s\",\"layout_reason\":%s,\"io\":\"%s\","
         "\"fs\":\"%s\",\"page_size\":%u,\"block_size\":%u,\"header_area\":%u,"
         "\"frame_bytes\":%u,\"preallocated_bytes\":%lld,"
         "\"preallocated_frames\":%lld,\"holds_frames\":%s,"
         "\"dio_offset_align\":%u,\"dio_mem_align\":%u,\"dio_align_source\":%s,"
         "\"write_zeroes\":\"%s\",\"cache_frames\":%u,\"readonly\":%s", z,
-        zWal, waldio_layout_name((int)g.layout), zWhy,
+        zWal, pLog->pLayout->zName, zWhy,
         f->direct ? "direct" : "buffered", f->zFs, g.page, g.block, g.area,
         g.slot, (long long)phys,
         (long long)(g.slot ? (phys - g.area) / g.slot : 0),
@@ -139,13 +155,13 @@ static char *stats_json(waldio_log *pLog){
       "\"cache_hits\":%llu,"
       "\"cache_misses\":%llu,\"cache_invalidations\":%llu,\"disk_reads\":%llu,"
       "\"device_reads\":%llu,\"readaheads\":%llu,\"bytes_read\":%llu,\"buffered_writes\":%llu,\"logical_truncates\":%llu,\"group_commits\":%llu,"
-      "\"group_writes\":%llu,\"group_waits\":%llu}",
+      "\"group_writes\":%llu,\"group_waits\":%llu,\"edge_reads\":%llu}",
       s.frames_written, s.page_overwrites, s.header_rewrites, s.other_writes,
       s.block0_writes, s.log_writes, s.dsync_writes, s.bytes_written,
       s.flushes, s.flushes_skipped, s.timer_flushes, s.prealloc_extends,
       s.prealloc_bytes, s.prealloc_syncs, s.cache_hits, s.cache_misses, s.cache_invalidations,
       s.disk_reads, s.device_reads, s.readaheads, s.bytes_read, s.buffered_writes, s.logical_truncates, s.group_commits,
-      s.group_writes, s.group_waits);
+      s.group_writes, s.group_waits, s.edge_reads);
 }
 
 static int pragma_sync(waldio_db_file *p, char **az){
@@ -225,6 +241,28 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
   return answer(az, SQLITE_OK, sqlite3_mprintf("%d", o.group_ms));
 }
 
+static int pragma_layout(waldio_db_file *p, char **az){
+  const char *zArg = az[2];
+  waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
+  int v;
+  if( zArg ){
+    if( waldio_parse_layout(zArg, &v) ){
+      return refuse(az, sqlite3_mprintf("waldio_layout=%s: expected auto,"
+          " standard, embed, pad4k or pad8k", zArg));
+    }
+    if( pLog && v!=WALDIO_LAYOUT_AUTO && v!=pLog->pLayout->id ){
+      return refuse(az, sqlite3_mprintf("waldio_layout=%s: the log of this"
+          " database is open in the %s layout, which it keeps; `waldio"
+          " convert --to %s` changes it while no connection is open", zArg,
+          pLog->pLayout->zName, waldio_layout_name(v)));
+    }
+    p->opts.layout = v;
+  }
+  if( pLog ) return answer(az, SQLITE_OK, sqlite3_mprintf("%s", pLog->pLayout->zName));
+  if( p->zStockIo ) return answer(az, SQLITE_OK, sqlite3_mprintf("standard"));
+  return answer(az, SQLITE_OK, sqlite3_mprintf("%s", waldio_layout_name(p->opts.layout)));
+}
+
 int waldio_pragma(waldio_db_file *p, char **az){
   const char *zName = az[1];
   if( strncasecmp(zName, "waldio", 6)!=0 ) return SQLITE_NOTFOUND;
@@ -241,7 +279,9 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strcasecmp(zName, "waldio_group")==0 ) return pragma_group(p, az, "");
   if( strcasecmp(zName, "waldio_group_bytes")==0 ) return pragma_group(p, az, "_bytes");
   if( strcasecmp(zName, "waldio_group_ms")==0 ) return pragma_group(p, az, "_ms");
+  if( strcasecmp(zName, "waldio_layout")==0 ) return pragma_layout(p, az);
   return refuse(az, sqlite3_mprintf("unknown pragma %s; waldio's"
       " pragmas are waldio, waldio_sync, waldio_stats, waldio_flush_ms,"
-      " waldio_group, waldio_group_bytes and waldio_group_ms", zName));
+      " waldio_group, waldio_group_bytes, waldio_group_ms and waldio_layout",
+      zName));
 }

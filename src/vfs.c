@@ -13,7 +13,7 @@
 ** the rest to the lower VFS.
 **
 ** Per connection (an auto-extension run by sqlite3_open): a database that
-** is still empty and will use header embedding gets 24 reserved bytes per
+** is still empty and asked for header embedding gets 24 reserved bytes per
 ** page before its first page is written (below), and the SQL function
 ** waldio_last_error() and the tables pragma_waldio... (pragma_vtab.c) are
 ** registered.
@@ -170,7 +170,7 @@ static void reserve_remember(sqlite3 *db){
   sqlite3_int64 size = -1;
   if( sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &pTop)
    || (p = waldio_db_of(pTop))==0
-   || (p->opts.layout!=WALDIO_LAYOUT_EMBED && p->opts.layout!=WALDIO_LAYOUT_AUTO) ){
+   || p->opts.layout!=WALDIO_LAYOUT_EMBED ){
     return;
   }
   if( p->reserveState!=RESERVE_NONE || !p->ppBtreeDb ) return;  /* shared cache */
@@ -258,7 +258,7 @@ static long long compile_option(const char *zOpt, long long dflt){
 }
 
 static int check_options(const waldio_options *o){
-  if( o->layout<WALDIO_LAYOUT_AUTO || o->layout>WALDIO_LAYOUT_PAD8K
+  if( o->layout<WALDIO_LAYOUT_AUTO || o->layout>WALDIO_LAYOUT_STANDARD
    || o->sync<WALDIO_SYNC_AUTO || o->sync>WALDIO_SYNC_NS
    || o->io<WALDIO_IO_DIRECT || o->io>WALDIO_IO_BUFFERED
    || o->prealloc_bytes<WALDIO_MIN_PREALLOC || o->cache_bytes<0

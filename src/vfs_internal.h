@@ -63,6 +63,13 @@ typedef struct waldio_db_file {
   int passthrough;           /* the file is not plain SQLite format (a VFS
                              ** above transforms it): its WAL and wal-index
                              ** are the lower VFS's, untouched (db_file.c) */
+  int nativeShm;             /* the open WAL's layout keeps SQLite's own
+                             ** "<db>-shm" (wal_layout.h LAYOUT_NATIVE_SHM):
+                             ** set at each WAL open, before SQLite maps
+                             ** the wal-index */
+  const char *zStockIo;      /* the WAL is the lower VFS's own, as stock
+                             ** SQLite's, because of this (no direct I/O on
+                             ** the file system, wal_file.c); NULL */
   int persistWal;            /* application's SQLITE_FCNTL_PERSIST_WAL, -1 */
   int holdsWriteLock;        /* WAL_WRITE_LOCK held in the wal-index */
   int holdsCkptLock;         /* WAL_CKPT_LOCK held (restart_assist.c) */
@@ -72,9 +79,10 @@ typedef struct waldio_db_file {
   u32 reservePage;           /* its page size, while RESERVE_PENDING */
   sqlite3 **ppBtreeDb;       /* SQLITE_FCNTL_PDB: the connection using the
                              ** B-tree on this file, while it is open */
-  sqlite3_file *pShmHost;    /* lower-VFS file on the log path: its shm is
-                             ** waldio's wal-index, "<db>-wal-shm": region 0
-                             ** the flush region, SQLite's regions after it */
+  sqlite3_file *pShmHost;    /* slotted layouts: lower-VFS file on the log
+                             ** path: its shm is waldio's wal-index,
+                             ** "<db>-wal-shm": region 0 the flush region,
+                             ** SQLite's regions after it */
   volatile flush_region *pFlush;   /* mapped on first use, or NULL */
   int strictPending;         /* strict: a read transaction has not yet read
                              ** a frame it must see durable (db_file.c) */
@@ -127,12 +135,17 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
 waldio_db_file *waldio_db_of(sqlite3_file *pTop);
 /* The open database file a WAL named zWal belongs to (see above), or NULL. */
 waldio_db_file *waldio_db_for_wal(waldio_vfs *v, const char *zWal);
+/* Non-zero if a log in one of waldio's slotted layouts (a superblock) is at
+** the database's WAL path. */
+int waldio_db_has_slotted_log(waldio_db_file *p);
 /* Decide (once the file holds a header) whether p passes through; a read
 ** error goes to *pRc. */
 int waldio_db_passthrough(waldio_db_file *p, int *pRc);
 /* The flush region shared by every process (flush_region.h), mapped on
 ** first use; NULL (with *pRc set on an error) where there is none: a
-** heap-memory wal-index has no other process to share with. */
+** heap-memory wal-index has no other process to share with, and a
+** standard-layout log has one only in group mode, if its side file can be
+** used (flush_side.h). */
 volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc);
 int waldio_db_sync_level(const waldio_db_file *p);
 

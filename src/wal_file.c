@@ -148,14 +148,19 @@ static int group_needs(waldio_wal_file *p){
   return level>=2 ? GROUP_FLUSH : level==1 ? GROUP_ARM : 0;
 }
 
+/* W2, for a write that is not a new frame (a new frame asks the layout,
+** xCheckFrame): the layout stores only page_stored bytes of each page. */
 static int tail_error(waldio_wal_file *p, u32 pgno){
   return waldio_error(SQLITE_IOERR_WRITE, "%s: page %u has non-zero bytes in"
-      " its last 24 reserved bytes. Another extension (checksums, encryption)"
-      " is using the reserved space that waldio's header embedding needs;"
-      " open this database with waldio_layout=pad4k", p->pLog->zPath, pgno);
+      " the part of the page the %s layout does not store (its last 24"
+      " reserved bytes, where the frame header is kept). Another extension"
+      " (checksums, encryption) is using them; open this database with"
+      " waldio_layout=standard or pad4k", p->pLog->zPath, pgno,
+      p->pLog->pLayout->zName);
 }
 
-/* W2: logical frame bytes [lo,hi) put nothing but zeros in the embed tail. */
+/* W2: logical frame bytes [lo,hi) put nothing but zeros where the layout
+** stores nothing. */
 static int tail_is_clear(const wal_geometry *g, u32 lo, u32 hi, const u8 *data){
   wf_run aRun[3];
   int i, n = wf_frame_runs(g, lo, hi, aRun);
@@ -283,23 +288,14 @@ int waldio_wal_flush(waldio_wal_file *p){
 ** the batch. The commit frame (nTruncate != 0) writes the batch out. */
 static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
                            u32 frame, const u8 *page){
-  u32 pgno = wf_get32(p->aPending);
   int isCommit = wf_get32(p->aPending + 4)!=0;
   u8 *slot;
-  int rc;
-  if( g->layout==WALDIO_LAYOUT_EMBED ){
-    if( !wf_tail_is_zero(page, g->page)
-     || (pgno==1 && page[20]<WAL_FRAME_HDR_BYTES) ){
-      /* Refuse the page, but keep the header write SQLite was told
-      ** succeeded: every successful xWrite is in the file. */
-      rc = waldio_wal_flush(p);
-      if( rc ) return rc;
-      if( pgno!=1 || page[20]>=WAL_FRAME_HDR_BYTES ) return tail_error(p, pgno);
-      return waldio_error(SQLITE_IOERR_WRITE, "%s: the database has %u reserved"
-          " bytes per page; header embedding needs at least 24. Convert it with"
-          " `waldio convert` or use waldio_layout=pad4k", p->pLog->zPath,
-          (unsigned)page[20]);
-    }
+  int rc = p->pLog->pLayout->xCheckFrame(g, p->aPending, page, p->pLog->zPath);
+  if( rc ){
+    /* Refuse the page, but keep the header write SQLite was told
+    ** succeeded: every successful xWrite is in the file. */
+    int rc2 = waldio_wal_flush(p);
+    return rc2 ? rc2 : rc;
   }
   if( p->nBatch
    && (frame!=p->batchFirst + p->nBatch || p->nBatch==p->nBatchMax) ){
@@ -308,7 +304,7 @@ static int write_new_frame(waldio_wal_file *p, const wal_geometry *g,
   }
   if( p->nBatch==0 ) p->batchFirst = frame;
   slot = p->aBatch + (size_t)p->nBatch * g->slot;
-  if( g->layout!=WALDIO_LAYOUT_EMBED ) memset(slot, 0, g->slot);
+  if( g->slot>g->page + WAL_FRAME_HDR_BYTES ) memset(slot, 0, g->slot);
   wf_logical_to_slot(g, slot, 0, WAL_FRAME_HDR_BYTES, p->aPending);
   wf_logical_to_slot(g, slot, WAL_FRAME_HDR_BYTES, WAL_FRAME_HDR_BYTES + g->page, page);
   p->nBatch++;
@@ -634,35 +630,21 @@ static int read_db_header(waldio_db_file *db, u32 *pPage, u32 *pReserve){
   return SQLITE_OK;
 }
 
-/* Non-zero if page 1 as stored has bytes in its embedding tail. */
-static int page1_tail_used(waldio_db_file *db, u32 page){
-  sqlite3_file *f = ORIGFILE(db);
-  u8 tail[WAL_FRAME_HDR_BYTES];
-  static const u8 zero[WAL_FRAME_HDR_BYTES];
-  return f->pMethods->xRead(f, tail, sizeof(tail), page - sizeof(tail))==SQLITE_OK
-      && memcmp(tail, zero, sizeof(tail))!=0;
-}
-
-/* The layout this database's log should have (wal_format.c
-** wf_choose_layout: auto means embed where possible, else pad4k). The block
-** size is the file system's, which the log will use too. */
+/* The layout a new log of this database gets (wal_format.c
+** wf_choose_layout: auto means standard). The block size is the file
+** system's, which the log will use too. An existing log keeps its own
+** (log_open.c). */
 static int choose_layout(waldio_db_file *db, log_request *req){
   u32 page, reserve, block = waldio_block_size(db->zName);
   int rc = read_db_header(db, &page, &reserve);
   if( rc ) return rc;
   req->layout = (int)wf_choose_layout((u32)db->opts.layout, block, page,
                                       reserve, &req->zLayoutWhy);
-  if( req->layout==WALDIO_LAYOUT_EMBED && db->opts.layout==WALDIO_LAYOUT_AUTO
-   && page && page1_tail_used(db, page) ){
-    req->layout = WALDIO_LAYOUT_PAD4K;
-    req->zLayoutWhy = "page 1 has non-zero bytes in its last 24 reserved bytes:"
-                      " another extension (checksums, encryption) uses them";
-  }
   if( req->layout==0 ){
     return waldio_error(SQLITE_CANTOPEN, "%s: waldio_layout=%s cannot be used"
         " with page size %u and %u reserved bytes on %u-byte blocks: %s."
         " Convert the database once with `waldio convert %s` (24 reserved"
-        " bytes, VACUUM), or leave waldio_layout at auto (a padding layout)",
+        " bytes, VACUUM), or leave waldio_layout at auto (the standard layout)",
         db->zName, waldio_layout_name(db->opts.layout), page, reserve, block,
         req->zLayoutWhy, db->zName);
   }
@@ -677,7 +659,8 @@ static int check_page_size(waldio_db_file *db, waldio_log *pLog){
   int rc = read_db_header(db, &page, &reserve);
   if( rc || page==0 ) return rc;
   zWhy = wf_geometry(&probe, g.layout, g.block, page);
-  if( zWhy==0 && g.layout==WALDIO_LAYOUT_EMBED && reserve<WAL_FRAME_HDR_BYTES ){
+  if( zWhy==0 && (pLog->pLayout->flags & LAYOUT_NEEDS_RESERVE)
+   && reserve<WAL_FRAME_HDR_BYTES ){
     zWhy = "the database has fewer than 24 reserved bytes per page";
   }
   if( zWhy ){
@@ -719,6 +702,17 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   }
   rc = choose_layout(db, &req);
   if( rc ) return rc;
+  db->zStockIo = 0;
+  if( req.layout==WALDIO_LAYOUT_STANDARD && db->opts.io==WALDIO_IO_DIRECT
+   && !waldio_db_has_slotted_log(db)
+   && !dio_supported_at(&v->sys, db->zName, &db->zStockIo) ){
+    /* Nothing to gain, and on FUSE (LiteFS) much to break: the lower VFS's
+    ** own WAL, exactly stock SQLite's I/O, with SQLite's own wal-index. */
+    db->nativeShm = 1;
+    waldio_warning("%s: %s; its WAL is written as stock SQLite writes it",
+                   db->zName, db->zStockIo);
+    return v->pLower->xOpen(v->pLower, zName, (sqlite3_file*)p, flags, pOutFlags);
+  }
   zStockShm = sqlite3_mprintf("%s-shm", db->zName);
   if( !zStockShm ) return SQLITE_NOMEM;
   req.zStockShm = zStockShm;
@@ -738,6 +732,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   }
   p->pDb = db;
   db->pWal = p;
+  db->nativeShm = (p->pLog->pLayout->flags & LAYOUT_NATIVE_SHM)!=0;
   p->base.pMethods = &wal_io_methods;
   if( pOutFlags ){
     *pOutFlags = flags;

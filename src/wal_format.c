@@ -3,12 +3,13 @@
 ** docs/format.md). Pure functions: no I/O, no allocation, no locks.
 **
 ** Invariants this file defines and every other file relies on:
-**   F1  Frame i (1-based) occupies the slot [A + (i-1)*S, A + i*S), and
-**       A, S and every slot offset are multiples of the block size B.
-**   F2  embed: S == P, the frame header is stored in the page's last 24
-**       bytes, and the logical page always has zeros there.
-**       pad4k/pad8k: the header sits alone in the slot's first block and
-**       the page starts at the next block; S is padded to 4 KiB / 8 KiB.
+**   F1  Frame i (1-based) occupies the slot [A + (i-1)*S, A + i*S). In the
+**       slotted layouts (embed, pad4k, pad8k) A, S and every slot offset
+**       are multiples of the block size B; the standard layout keeps
+**       SQLite's own offsets (A = 32, S = P+24). Where each layout puts the
+**       header and the page inside a slot is its own file's story
+**       (wal_layout.h); wf_frame_runs() reads it from the geometry alone.
+**   F2  (slotted layouts) Block 0 holds the guard header and superblock:
 **   F3  All block-0 metadata fits in the first 512-byte sector, so a torn
 **       block-0 write leaves either the old or the new metadata.
 **   F4  Bytes 0..31 hold a guard header -- a WAL header whose version is not
@@ -18,6 +19,7 @@
 **       connection, with every frame checkpointed, leaves them zero.
 */
 #include "wal_format.h"
+#include "wal_layout.h"
 
 #include <string.h>
 
@@ -49,9 +51,8 @@ void wf_checksum(int bigEndian, const u8 *a, size_t n, const u32 *in, u32 *out){
 
 static int is_pow2(u32 x){ return x && (x & (x-1))==0; }
 
-static u32 round_up(u32 x, u32 unit){ return (x + unit - 1) / unit * unit; }
-
 const char *wf_geometry(wal_geometry *g, u32 layout, u32 block, u32 page){
+  const wal_layout *pLayout = wal_layout_find((int)layout);
   memset(g, 0, sizeof(*g));
   if( !is_pow2(block) || block<512 || block>65536 ){
     return "block size must be a power of two between 512 and 65536";
@@ -59,40 +60,24 @@ const char *wf_geometry(wal_geometry *g, u32 layout, u32 block, u32 page){
   if( page!=0 && (!is_pow2(page) || page<512 || page>65536) ){
     return "page size must be a power of two between 512 and 65536";
   }
+  if( !pLayout ) return "unknown layout";
   g->layout = layout;
   g->block = block;
   g->page = page;
-  switch( layout ){
-    case WALDIO_LAYOUT_EMBED_:
-      g->area = block;
-      if( page && page<block ){
-        return "header embedding needs a page size that is a multiple of the"
-               " block size (page smaller than block)";
-      }
-      g->slot = page;
-      g->hdr_in_slot = page ? page - WAL_FRAME_HDR_BYTES : 0;
-      g->page_in_slot = 0;
-      break;
-    case WALDIO_LAYOUT_PAD4K_:
-    case WALDIO_LAYOUT_PAD8K_: {
-      u32 unit = layout==WALDIO_LAYOUT_PAD4K_ ? 4096 : 8192;
-      if( unit<block ) unit = block;
-      g->area = unit;
-      g->slot = page ? round_up(block + page, unit) : 0;
-      g->hdr_in_slot = 0;
-      g->page_in_slot = block;
-      break;
-    }
-    default:
-      return "unknown layout";
-  }
-  return 0;
+  g->page_stored = page;
+  return pLayout->xGeometry(g, block, page);
 }
 
 u32 wf_choose_layout(u32 asked, u32 block, u32 page, u32 reserve,
                      const char **pzWhy){
   wal_geometry g;
-  if( asked==WALDIO_LAYOUT_PAD4K_ || asked==WALDIO_LAYOUT_PAD8K_ ){
+  if( asked==WALDIO_LAYOUT_AUTO_ || asked==WALDIO_LAYOUT_STANDARD_ ){
+    *pzWhy = asked ? "asked for (waldio_layout)"
+                   : "a new log: SQLite's own WAL format, which stock SQLite"
+                     " and tools that read -wal share";
+    return WALDIO_LAYOUT_STANDARD_;
+  }
+  if( asked!=WALDIO_LAYOUT_EMBED_ ){
     *pzWhy = "asked for (waldio_layout)";
     return asked;
   }
@@ -101,16 +86,17 @@ u32 wf_choose_layout(u32 asked, u32 block, u32 page, u32 reserve,
     *pzWhy = "the page size is smaller than the file system block or not a"
              " multiple of it, so a page cannot carry its frame header in"
              " whole blocks";
-    return asked ? 0 : WALDIO_LAYOUT_PAD4K_;
+    return 0;
   }
   if( page!=0 && reserve<WAL_FRAME_HDR_BYTES ){
     *pzWhy = "the database has fewer than 24 reserved bytes per page, where"
              " embedding stores the frame header (`waldio convert` adds them)";
-    return asked ? 0 : WALDIO_LAYOUT_PAD4K_;
+    return 0;
   }
-  *pzWhy = page ? "the pages fill whole blocks and have 24 reserved bytes for"
-                  " the frame header"
-                : "a new database: it gets 24 reserved bytes per page";
+  *pzWhy = page ? "asked for (waldio_layout); the pages fill whole blocks and"
+                  " have 24 reserved bytes for the frame header"
+                : "asked for (waldio_layout); a new database gets 24 reserved"
+                  " bytes per page";
   return WALDIO_LAYOUT_EMBED_;
 }
 
@@ -254,24 +240,23 @@ int wf_tail_is_zero(const u8 *page, u32 pageSize){
 }
 
 /* Where logical frame byte x (0 <= x < P+24) lives in the slot, or -1 for
-** the embed layout's page tail, which is logically always zero. */
+** a page byte the slot does not store (past page_stored: the embed
+** layout's tail, logically always zero). */
 static i64 slot_pos(const wal_geometry *g, u32 x){
   u32 j;
   if( x<WAL_FRAME_HDR_BYTES ) return g->hdr_in_slot + x;
   j = x - WAL_FRAME_HDR_BYTES;
-  if( g->layout==WALDIO_LAYOUT_EMBED_ && j>=g->page-WAL_FRAME_HDR_BYTES ){
-    return -1;
-  }
+  if( j>=g->page_stored ) return -1;
   return g->page_in_slot + j;
 }
 
 /* Split [lo,hi) into runs that are contiguous in the slot (or all tail). */
 static u32 run_end(const wal_geometry *g, u32 x, u32 hi){
-  u32 tailStart = WAL_FRAME_HDR_BYTES + g->page - WAL_FRAME_HDR_BYTES;
+  u32 tailStart = WAL_FRAME_HDR_BYTES + g->page_stored;
   u32 end = hi;
   if( x<WAL_FRAME_HDR_BYTES ){
     if( end>WAL_FRAME_HDR_BYTES ) end = WAL_FRAME_HDR_BYTES;
-  }else if( g->layout==WALDIO_LAYOUT_EMBED_ && x<tailStart ){
+  }else if( x<tailStart ){
     if( end>tailStart ) end = tailStart;
   }
   return end;

@@ -2,8 +2,9 @@
 ** wal_format.h — the physical waldio log format, as pure functions.
 **
 ** Nothing here does I/O. This module owns:
-**   - the geometry of a log (where frame i lives, how big a slot is) for
-**     each layout, and the rules that decide whether a page size fits;
+**   - the geometry of a log (where frame i lives, how big a slot is), as
+**     each layout describes it (wal_layout.h), and the rules that decide
+**     which layout a database gets;
 **   - the byte layout of block 0 (guard header + superblock);
 **   - SQLite's WAL checksum, needed to build the guard header and to
 **     validate a standard-format WAL before converting it;
@@ -56,9 +57,11 @@ typedef uint64_t u64;
                                   ** keep stock SQLite out even when empty */
 
 enum {
+  WALDIO_LAYOUT_AUTO_ = 0,
   WALDIO_LAYOUT_EMBED_ = 1,   /* mirrors WALDIO_LAYOUT_* in waldio.h */
   WALDIO_LAYOUT_PAD4K_ = 2,
-  WALDIO_LAYOUT_PAD8K_ = 3
+  WALDIO_LAYOUT_PAD8K_ = 3,
+  WALDIO_LAYOUT_STANDARD_ = 4
 };
 
 /* Where things are in a log with a known page size. */
@@ -70,6 +73,9 @@ typedef struct wal_geometry {
   u32 slot;        /* physical bytes per frame S (0 while P unknown) */
   u32 hdr_in_slot; /* offset of the 24-byte frame header inside a slot */
   u32 page_in_slot;/* offset of the page inside a slot */
+  u32 page_stored; /* bytes of the page the slot stores: P, or P-24 where
+                   ** the header takes the page's last 24 bytes (embed),
+                   ** which are logically always zero */
 } wal_geometry;
 
 /* The decoded superblock. */
@@ -89,14 +95,15 @@ void wf_put32(u8 *p, u32 v);
 ** uses big-endian words iff the header magic's low bit is set. */
 void wf_checksum(int bigEndian, const u8 *a, size_t n, const u32 *in, u32 *out);
 
-/* Fill *g for layout/block/page; page may be 0 (geometry without slots).
+/* Fill *g for layout/block/page; page may be 0 (geometry without slots):
+** checks block and page, then asks the layout (wal_layout.h xGeometry).
 ** Returns 0, or a static string saying why this combination cannot work. */
 const char *wf_geometry(wal_geometry *g, u32 layout, u32 block, u32 page);
 
-/* The layout for a database of `page`-byte pages with `reserve` reserved
-** bytes per page (page 0: not known yet) on blocks of `block` bytes, when
-** `asked` was requested (WALDIO_LAYOUT_*; 0 = auto: embed where possible,
-** else pad4k). *pzWhy says why, for PRAGMA waldio. Returns the layout, or 0
+/* The layout a new log gets for a database of `page`-byte pages with
+** `reserve` reserved bytes per page (page 0: not known yet) on blocks of
+** `block` bytes, when `asked` was requested (WALDIO_LAYOUT_*; 0 = auto:
+** standard). *pzWhy says why, for PRAGMA waldio. Returns the layout, or 0
 ** if an explicitly asked layout cannot hold these pages (*pzWhy: why). */
 u32 wf_choose_layout(u32 asked, u32 block, u32 page, u32 reserve,
                      const char **pzWhy);
@@ -107,7 +114,8 @@ i64 wf_slot_offset(const wal_geometry *g, u32 frame);
 /* Logical offsets (SQLite's view). */
 i64 wf_logical_frame_offset(u32 page, u32 frame);
 
-/* Logical size SQLite should see for a physical file of phys bytes. */
+/* Logical size SQLite should see for a physical file of phys bytes (the
+** slotted layouts: whole slots only). */
 i64 wf_logical_size(const wal_geometry *g, i64 phys, int hasHeader);
 
 /* Physical bytes needed so that the logical file can hold `logical` bytes. */

@@ -73,34 +73,6 @@ int log_read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot){
   return rc;
 }
 
-/* Write block 0 from sb (mutex not held). */
-int log_write_meta(waldio_log *pLog, const wal_superblock *sb, int flags){
-  u32 n = pLog->file.block;
-  u8 *buf = dio_alloc(&pLog->file, n);
-  int rc;
-  if( !buf ) return SQLITE_NOMEM;
-  wf_encode_block0(sb, buf);
-  rc = dio_write(&pLog->file, buf, n, 0, flags & META_DSYNC);
-  dio_free(buf);
-  pthread_mutex_lock(&pLog->mutex);
-  if( rc==SQLITE_OK ){
-    pLog->stats.block0_writes++;
-    pLog->stats.log_writes++;
-    pLog->stats.bytes_written += n;
-    if( flags & META_DSYNC ){
-      pLog->stats.dsync_writes++;
-    }else if( !(flags & META_ADVISORY) ){
-      pLog->writeSeq++;
-      if( flags & META_ARM ){
-        pLog->armedSeq = pLog->writeSeq;
-        flusher_arm(pLog);
-      }
-    }
-  }
-  pthread_mutex_unlock(&pLog->mutex);
-  return rc;
-}
-
 /* Adopt new metadata; resize the cache when the slot size changes.
 ** Mutex held. */
 void log_adopt_meta(waldio_log *pLog, const wal_superblock *sb){
@@ -142,6 +114,30 @@ static void drop_cache(waldio_log *pLog){
     frame_cache_clear(&pLog->cache);
     pLog->stats.cache_invalidations++;
   }
+  pLog->lastBlockOff = -1;
+}
+
+int log_last_block_get(waldio_log *pLog, i64 off, u8 *out){
+  int have;
+  pthread_mutex_lock(&pLog->mutex);
+  have = pLog->aLastBlock && pLog->lastBlockOff==off && off>=0;
+  if( have ) memcpy(out, pLog->aLastBlock, pLog->file.block);
+  pthread_mutex_unlock(&pLog->mutex);
+  return have;
+}
+
+void log_last_block_put(waldio_log *pLog, i64 off, const u8 *img){
+  pthread_mutex_lock(&pLog->mutex);
+  if( off>=0 && !pLog->aLastBlock ){
+    pLog->aLastBlock = malloc(pLog->file.block);
+  }
+  if( off>=0 && pLog->aLastBlock ){
+    memcpy(pLog->aLastBlock, img, pLog->file.block);
+    pLog->lastBlockOff = off;
+  }else{
+    pLog->lastBlockOff = -1;
+  }
+  pthread_mutex_unlock(&pLog->mutex);
 }
 
 static int poisoned_error(waldio_log *pLog){
@@ -392,6 +388,25 @@ static int ensure_exists(waldio_log *pLog, i64 end){
   return rc ? SQLITE_OK : ensure_allocated(pLog, end);
 }
 
+/* Statistics and flush bookkeeping (L2) of any write. Mutex held. */
+static void count_bytes(waldio_log *pLog, u64 bytes, int flags){
+  pLog->stats.log_writes++;
+  pLog->stats.bytes_written += bytes;
+  if( flags & LOG_BUFFERED ){
+    pLog->stats.buffered_writes++;
+    pLog->lastBlockOff = -1;          /* layout_standard.c T2 */
+  }
+  if( flags & LOG_DSYNC ){
+    pLog->stats.dsync_writes++;
+  }else{
+    pLog->writeSeq++;
+    if( flags & LOG_ARM ){
+      pLog->armedSeq = pLog->writeSeq;
+      flusher_arm(pLog);
+    }
+  }
+}
+
 static void count_write(waldio_stats *s, int kind){
   switch( kind ){
     case LOG_WRITE_FRAME:  s->frames_written++;  break;
@@ -414,18 +429,7 @@ static void wrote(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
     }
     count_write(&pLog->stats, kind);
   }
-  pLog->stats.log_writes++;
-  pLog->stats.bytes_written += bytes;
-  if( flags & LOG_BUFFERED ) pLog->stats.buffered_writes++;
-  if( flags & LOG_DSYNC ){
-    pLog->stats.dsync_writes++;
-  }else{
-    pLog->writeSeq++;
-    if( flags & LOG_ARM ){
-      pLog->armedSeq = pLog->writeSeq;
-      flusher_arm(pLog);
-    }
-  }
+  count_bytes(pLog, bytes, flags);
 }
 
 /* A buffered write may extend the file (a large transaction appends as
@@ -456,10 +460,13 @@ int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
   int rc = !buffered ? ensure_allocated(pLog, end)
          : (flags & LOG_PREALLOC) ? ensure_exists(pLog, end) : SQLITE_OK;
   int held = rc==SQLITE_OK && buffered && hold_growth(pLog, off + hi);
-  if( rc==SQLITE_OK ){
+  if( rc==SQLITE_OK && buffered ){
     rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo,
                    ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
                    | ((flags & LOG_BUFFERED) ? DIO_BUFFERED : 0));
+  }else if( rc==SQLITE_OK ){
+    rc = pLog->pLayout->xWriteDirect(pLog, off + lo, img + lo, hi - lo,
+                                     (flags & LOG_DSYNC) ? DIO_DSYNC : 0);
   }
   if( held ) pthread_mutex_unlock(&pLog->growMutex);
   pthread_mutex_lock(&pLog->mutex);
@@ -504,113 +511,55 @@ int log_write_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
   return rc;
 }
 
-int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int flags){
-  wal_superblock sb;
-  u32 version, page;
-  const char *zWhy;
-  if( !wf_parse_sqlite_header(aSqliteHdr, &version, &page)
-   || version!=WAL_FORMAT_VERSION ){
-    return waldio_error(SQLITE_IOERR_WRITE, "%s: SQLite wrote a WAL header"
-                        " waldio does not understand", pLog->zPath);
-  }
+int log_write_bytes(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
+                    int flags){
+  int buffered = (flags & LOG_BUFFERED)!=0 || !pLog->file.direct;
+  int rc = dio_write(&pLog->file, buf, n, off,
+                     ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
+                     | (buffered ? DIO_BUFFERED : 0));
   pthread_mutex_lock(&pLog->mutex);
-  sb = pLog->sb;
-  pthread_mutex_unlock(&pLog->mutex);
-  if( sb.geo.page!=page ){
-    zWhy = wf_geometry(&sb.geo, sb.geo.layout, sb.geo.block, page);
-    if( zWhy ){
-      return waldio_error(SQLITE_IOERR_WRITE, "%s: page size %u cannot be"
-          " stored with the %s layout on blocks of %u bytes: %s. Use a page"
-          " size of at least %u, or waldio_layout=pad4k", pLog->zPath, page,
-          waldio_layout_name((int)sb.geo.layout), sb.geo.block, zWhy,
-          sb.geo.block);
-    }
+  if( rc==SQLITE_OK ){
+    count_bytes(pLog, n, flags);
+    pLog->lastBlockOff = -1;
+    if( buffered ) note_extent(pLog, off + (i64)n);
+  }else{
+    drop_cache(pLog);
   }
-  sb.flags |= SB_FLAG_HAS_HEADER;
-  memcpy(sb.sqlite_hdr, aSqliteHdr, WAL_HDR_BYTES);
-  pthread_mutex_lock(&pLog->mutex);
-  log_adopt_meta(pLog, &sb);
-  frame_cache_clear(&pLog->cache);      /* a new generation begins */
   pthread_mutex_unlock(&pLog->mutex);
-  return log_write_meta(pLog, &sb, ((flags & LOG_DSYNC) ? META_DSYNC : 0)
-                                   | ((flags & LOG_ARM) ? META_ARM : 0));
+  return rc;
 }
 
-/* Re-read block 0 and adopt it (another process may have written it). */
-static int refresh_meta(waldio_log *pLog, wal_superblock *pOut){
-  u8 aMeta[WALDIO_META_BYTES];
-  size_t got = 0;
-  int d, rc;
-  memset(aMeta, 0, sizeof(aMeta));
-  rc = log_read_meta(pLog, aMeta, &got);
-  if( rc ) return rc;
-  d = wf_decode_block0(aMeta, pOut);
-  if( d==0 && got==0 ){
-    pthread_mutex_lock(&pLog->mutex);
-    *pOut = pLog->sb;                   /* read-only log of an empty file */
-    pthread_mutex_unlock(&pLog->mutex);
-    return SQLITE_OK;
-  }
-  if( d<0 ) return log_damaged_error(pLog->zPath, aMeta);
-  if( d==0 || pOut->format!=WALDIO_FORMAT ){
-    return waldio_error(SQLITE_CORRUPT, "%s: block 0 no longer holds a waldio"
-        " superblock: was the log written by SQLite without waldio while this"
-        " connection had it open?", pLog->zPath);
-  }
-  pthread_mutex_lock(&pLog->mutex);
-  log_adopt_meta(pLog, pOut);
-  pthread_mutex_unlock(&pLog->mutex);
-  return SQLITE_OK;
+/* ------------------------------------------- what the layout decides */
+
+int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int flags){
+  return pLog->pLayout->xWriteHeader(pLog, aSqliteHdr, flags);
 }
 
 int log_frame_geometry(waldio_log *pLog, wal_geometry *g){
-  wal_superblock sb;
-  int rc = SQLITE_OK;
+  u8 aHdr[WAL_HDR_BYTES];
+  int has = 0, rc = SQLITE_OK;
   *g = log_geometry(pLog);
   if( g->page==0 ){
-    rc = refresh_meta(pLog, &sb);
+    rc = pLog->pLayout->xReadHeader(pLog, aHdr, &has);
     if( rc==SQLITE_OK ) *g = log_geometry(pLog);
   }
   return rc;
 }
 
 int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas){
-  wal_superblock sb;
-  int rc = refresh_meta(pLog, &sb);
-  if( rc ) return rc;
-  *pHas = (sb.flags & SB_FLAG_HAS_HEADER)!=0;
-  if( *pHas ) memcpy(aOut, sb.sqlite_hdr, WAL_HDR_BYTES);
-  return SQLITE_OK;
+  return pLog->pLayout->xReadHeader(pLog, aOut, pHas);
 }
 
 int log_logical_size(waldio_log *pLog, i64 *pSize){
-  wal_superblock sb;
-  i64 phys;
-  int rc = refresh_meta(pLog, &sb);
-  if( rc==SQLITE_OK ) rc = dio_file_size(&pLog->file, &phys);
-  if( rc ) return rc;
-  *pSize = wf_logical_size(&sb.geo, phys, (sb.flags & SB_FLAG_HAS_HEADER)!=0);
-  return SQLITE_OK;
+  return pLog->pLayout->xLogicalSize(pLog, pSize);
 }
 
-int log_set_empty(waldio_log *pLog, int keepGuard){
-  wal_superblock sb;
-  pthread_mutex_lock(&pLog->mutex);
-  sb = pLog->sb;
-  sb.flags &= ~SB_FLAG_HAS_HEADER;
-  if( !keepGuard ) sb.flags &= ~SB_FLAG_GUARD;
-  memset(sb.sqlite_hdr, 0, sizeof(sb.sqlite_hdr));
-  log_adopt_meta(pLog, &sb);
-  frame_cache_clear(&pLog->cache);
-  pLog->stats.logical_truncates++;
-  pthread_mutex_unlock(&pLog->mutex);
-  /* Advisory: if it is lost in a crash, recovery replays frames that are
-  ** already in the database, which changes nothing. */
-  return log_write_meta(pLog, &sb, META_ADVISORY);
+int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast){
+  return pLog->pLayout->xTruncate(pLog, size, keepAtLeast);
 }
 
 /* Cut the file to `keep` bytes if it is longer. growMutex held (L7). */
-static int cut_locked(waldio_log *pLog, i64 phys, i64 keep){
+int log_cut_locked(waldio_log *pLog, i64 phys, i64 keep){
   int rc = SQLITE_OK;
   if( phys>keep ){
     rc = dio_truncate(&pLog->file, keep);
@@ -629,54 +578,9 @@ int log_truncate_physical(waldio_log *pLog, i64 keep){
   int rc;
   pthread_mutex_lock(&pLog->growMutex);
   rc = dio_file_size(&pLog->file, &phys);
-  if( rc==SQLITE_OK ) rc = cut_locked(pLog, phys, keep);
+  if( rc==SQLITE_OK ) rc = log_cut_locked(pLog, phys, keep);
   pthread_mutex_unlock(&pLog->growMutex);
   return rc;
-}
-
-/* Cut an empty log (block 0 says: no generation) to `keep` bytes. The
-** empty block 0 must be durable before the file shrinks: a crash could
-** otherwise keep the shrink and lose the block-0 write, and recovery would
-** replay the prefix of a generation that survived the cut -- frames already
-** copied into the database, older page images over newer ones. So one
-** fdatasync first, and only when there is something to cut. */
-static int trim_empty(waldio_log *pLog, i64 keep){
-  i64 phys;
-  int rc;
-  pthread_mutex_lock(&pLog->growMutex);            /* L7 */
-  rc = dio_file_size(&pLog->file, &phys);
-  if( rc==SQLITE_OK && phys>keep ) rc = dio_fdatasync(&pLog->file);
-  if( rc==SQLITE_OK ) rc = cut_locked(pLog, phys, keep);
-  pthread_mutex_unlock(&pLog->growMutex);
-  return rc;
-}
-
-/* What to keep of the file: `need` bytes (frames: rounded up to whole
-** blocks), or more up to `bound` (a limit: rounded down), and never less
-** than the header area. */
-static i64 keep_bytes(const wal_geometry *g, i64 need, i64 bound){
-  i64 keep = log_round_up(need, g->block);
-  i64 limit = bound / g->block * g->block;
-  if( keep<limit ) keep = limit;
-  return keep<(i64)g->area ? (i64)g->area : keep;
-}
-
-int log_trim(waldio_log *pLog, i64 keep){
-  wal_geometry g = log_geometry(pLog);
-  return trim_empty(pLog, keep_bytes(&g, 0, keep));
-}
-
-int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast){
-  wal_geometry g = log_geometry(pLog);
-  i64 keep = keep_bytes(&g, wf_physical_for_logical(&g, size), keepAtLeast);
-  int rc;
-  if( size<WAL_HDR_BYTES ){
-    rc = log_set_empty(pLog, 1);
-    return rc ? rc : trim_empty(pLog, keep);
-  }
-  /* A limit on a log that holds a generation: what lies beyond `size` is
-  ** older generations' frames, which recovery never reads. */
-  return log_truncate_physical(pLog, keep);
 }
 
 /* ------------------------------------------------------------ durability */

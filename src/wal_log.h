@@ -3,8 +3,8 @@
 ** process that opens it (one object per inode, like os_unix.c's
 ** unixInodeInfo).
 **
-** A log owns: the file descriptor (dio_file), the decoded block-0 metadata
-** and geometry, the preallocated size, the recent-frame cache and the rule
+** A log owns: the file descriptor (dio_file), its layout (wal_layout.h) and
+** geometry, the preallocated size, the recent-frame cache and the rule
 ** that decides when the cache can be trusted, the write/flush sequence
 ** numbers that let an xSync skip a flush nobody needs, the background
 ** flusher, and the statistics behind PRAGMA waldio_stats.
@@ -60,7 +60,9 @@
 #include "syscalls.h"
 #include "wal_format.h"
 #include "wal_index.h"
+#include "wal_layout.h"
 #include "waldio.h"
+#include "flush_side.h"
 
 #include <pthread.h>
 #include <sys/types.h>
@@ -83,6 +85,8 @@ typedef struct waldio_stats {
   u64 prealloc_bytes;
   u64 prealloc_syncs;      /* flushes that made bytes already in the file
                            ** durable before a direct write there (L1) */
+  u64 edge_reads;          /* blocks read back to complete the first block
+                           ** of a direct write (layout_standard.c T2) */
   u64 cache_hits;
   u64 cache_misses;
   u64 cache_invalidations;
@@ -110,15 +114,15 @@ typedef struct log_registry {
 } log_registry;
 
 /* What an opener asks of the log (log_acquire). */
-typedef struct log_request {
+struct log_request {
   const waldio_options *opts;
-  int layout;                /* resolved: never WALDIO_LAYOUT_AUTO */
+  int layout;                /* for a new log: never WALDIO_LAYOUT_AUTO */
   const char *zLayoutWhy;    /* why that layout, for PRAGMA waldio */
   const char *zStockShm;     /* stock SQLite's wal-index, "<db>-shm" */
   mode_t mode;               /* the database file's mode and owner, */
   uid_t uid;                 /*   applied to a newly created log */
   gid_t gid;
-} log_request;
+};
 
 struct waldio_log {
   /* Registry membership, guarded by log_registry.mutex. */
@@ -138,9 +142,13 @@ struct waldio_log {
                            ** (flush_region.c), -1 until a first lead; under
                            ** leaderMutex; a forked child closes its copy */
   const char *zLayoutWhy;  /* why the log has its layout (static text) */
+  const wal_layout *pLayout;  /* set at open, never changes */
+  flush_side side;         /* the flush region's side file (flush_side.h):
+                           ** layouts with LAYOUT_NATIVE_SHM only */
   pthread_mutex_t mutex;   /* guards every field below */
 
-  wal_superblock sb;       /* block-0 metadata as last read or written */
+  wal_superblock sb;       /* geometry, and SQLite's header as last read or
+                           ** written (the slotted layouts: block 0) */
   i64 physSize;            /* L1 */
   i64 durableEnd;          /* L1: direct writes land below it */
   i64 preallocInitial;
@@ -155,6 +163,9 @@ struct waldio_log {
   int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
+  u8 *aLastBlock;          /* the last block a direct write of this */
+  i64 lastBlockOff;        /*   process covered, as written; -1: none
+                           **   (layout_standard.c T2) */
   i64 raLo, raHi;          /* the last read-ahead (wal_log.c), for the */
   u8 aRaSnap[12];          /* snapshot (mxFrame, salts) it was made in */
   u32 raMisses;            /* device reads since */
@@ -247,6 +258,17 @@ int log_write_frame(waldio_log *pLog, u32 frame, u32 lo, u32 hi,
 /* Non-zero while the log holds a generation (SQLite's header is stored). */
 int log_holds_generation(waldio_log *pLog);
 
+/* Write n bytes at off as they are, through the page cache (LOG_BUFFERED)
+** or direct, counted like any write (flags as log_write_slots). */
+int log_write_bytes(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
+                    int flags);
+
+/* The copy of the block at off that this process wrote last, into out (1),
+** or 0 if it has none that is still trusted (L3); put: remember it (off
+** -1 forgets). */
+int log_last_block_get(waldio_log *pLog, i64 off, u8 *out);
+void log_last_block_put(waldio_log *pLog, i64 off, const u8 *img);
+
 /* SQLite wrote its 32-byte WAL header: a new generation begins. */
 int log_write_header(waldio_log *pLog, const u8 *aSqliteHdr, int flags);
 
@@ -258,23 +280,14 @@ int log_read_sqlite_header(waldio_log *pLog, u8 *aOut, int *pHas);
 int log_logical_size(waldio_log *pLog, i64 *pSize);
 
 /* SQLite truncated the logical file to `size` bytes. The physical file
-** keeps max(what `size` needs, keepAtLeast) bytes, rounded up to whole
-** blocks and never less than the header area: the caller decides the floor
-** (the preallocation while the database is in use, nothing for a TRUNCATE
-** checkpoint, the idle bound at the last close). Truncating to no
-** generation (size < 32) makes the empty block 0 durable before any cut. */
+** keeps max(what `size` needs, keepAtLeast) bytes (the layout's xTruncate):
+** the caller decides the floor (the preallocation while the database is in
+** use, nothing for a TRUNCATE checkpoint, the idle bound at the last
+** close). */
 int log_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast);
-
-/* An empty log (block 0 written with no generation) cut to `keep` bytes,
-** block 0 made durable first: the last close's idle footprint. */
-int log_trim(waldio_log *pLog, i64 keep);
 
 /* Cut the file to `keep` bytes (if longer), whatever it holds. */
 int log_truncate_physical(waldio_log *pLog, i64 keep);
-
-/* Mark the log empty (no generation). keepGuard = 0 only for the clean
-** close of the last connection (wal_format.c F4). */
-int log_set_empty(waldio_log *pLog, int keepGuard);
 
 /* Make every completed write durable (skipped if nothing is unflushed). */
 int log_sync(waldio_log *pLog);
@@ -307,17 +320,18 @@ void log_count_group(waldio_log *pLog, int what);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);
 
-/* ---- For the log's own modules (log_open.c, wal_log.c) only. ---- */
+/* ---- For the log's own modules (log_open.c, wal_log.c, the layouts). ---- */
 
-/* How log_write_meta writes block 0. */
-#define META_DSYNC    0x1   /* O_DSYNC write (persistent mode) */
-#define META_ARM      0x2   /* arm the normal-mode flush timer */
-#define META_ADVISORY 0x4   /* nothing SQLite relies on: needs no flush */
-
+/* The first WALDIO_META_BYTES of the file (*pGot: how many it has). */
 int log_read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot);
-int log_write_meta(waldio_log *pLog, const wal_superblock *sb, int flags);
 void log_adopt_meta(waldio_log *pLog, const wal_superblock *sb);  /* mutex held */
 i64 log_round_up(i64 x, i64 unit);
+/* Cut the file from phys to keep bytes if longer; growMutex held (L7). */
+int log_cut_locked(waldio_log *pLog, i64 phys, i64 keep);
+/* log_open.c: LOG_LOCK_USE taken exclusively without waiting (no other
+** process has the log open), and the error for "someone else has". */
+int log_alone(waldio_log *pLog);
+int log_in_use_error(waldio_log *pLog, const char *zWhat);
 
 
 #endif

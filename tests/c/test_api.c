@@ -50,7 +50,15 @@ static void test_database(const char *zDir){
     CHECK_EQ(sqlite3_exec(db, "INSERT INTO t VALUES(randomblob(200))", 0, 0, 0), SQLITE_OK);
   }
   query_text(db, "PRAGMA waldio", buf, sizeof(buf));
-  CHECK(strstr(buf, "\"layout\":\"embed\"")!=0);
+  /* The default: a new log is in SQLite's own format, with SQLite's own
+  ** wal-index, and the database gets no reserved bytes. */
+  CHECK(strstr(buf, "\"layout\":\"standard\"")!=0);
+  CHECK(strstr(buf, "\"wal_index\":\"sqlite\"")!=0);
+  query_text(db, "PRAGMA waldio_layout", buf, sizeof(buf));
+  CHECK(strcmp(buf, "standard")==0);
+  CHECK(sqlite3_exec(db, "PRAGMA waldio_layout=embed", 0, 0, 0)!=SQLITE_OK);
+  CHECK(strstr(sqlite3_errmsg(db), "keeps")!=0);
+  query_text(db, "PRAGMA waldio", buf, sizeof(buf));
   CHECK(strstr(buf, "\"prealloc_setting\":1048576")!=0);
   /* 50 one-frame commits: the first direct write preallocated 256 KiB (a
   ** small log doubles up to the setting, wal_log.c), and they fit. */

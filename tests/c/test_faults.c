@@ -8,6 +8,7 @@
 */
 #include "check.h"
 #include "test_util.h"
+#include "test_layout.h"
 #include "waldio.h"
 
 #include <errno.h>
@@ -175,7 +176,7 @@ int main(void){
   char zDir[300], zDb[400];
   test_dir(zDir, sizeof(zDir), "faults");
   snprintf(zDb, sizeof(zDb), "%s/f.db", zDir);
-  if( waldio_register("waldio", 0, 0)!=SQLITE_OK ) return 2;
+  if( test_register("waldio", 0, WALDIO_LAYOUT_EMBED)!=SQLITE_OK ) return 2;
   install();
   test_eio_on_frame_write(zDb);
   test_eio_on_flush(zDb);

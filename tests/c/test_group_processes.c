@@ -26,6 +26,7 @@
 */
 #include "check.h"
 #include "test_util.h"
+#include "test_layout.h"
 #include "waldio.h"
 #include "log_lock.h"
 
@@ -495,7 +496,7 @@ static void open_gate(pid_t pid, int gate, int ackFd){
 
 /* A commit waiting for its flush gave its read lock back before waiting:
 ** a checkpoint in another process backfills the whole log, the waiting
-** commit's frames included. (Before, the waiter's read mark, older than
+** commit's frames included (not in the standard layout: see below). (Before, the waiter's read mark, older than
 ** its commit, held every checkpoint short; with many processes one is
 ** always waiting, so SQLite never restarted the log, and the log grew.) */
 static void test_waiter_lets_checkpoint_finish(void){
@@ -514,7 +515,15 @@ static void test_waiter_lets_checkpoint_finish(void){
   CHECK_EQ(sqlite3_wal_checkpoint_v2(db, "main", SQLITE_CHECKPOINT_PASSIVE,
                                      &nLog, &nCkpt), SQLITE_OK);
   CHECK(nLog>0);
-  CHECK_EQ(nCkpt, nLog);
+  if( test_layout(WALDIO_LAYOUT_EMBED)==WALDIO_LAYOUT_STANDARD ){
+    /* Where stock processes share the wal-index the waiter keeps its read
+    ** lock (db_file.c): no checkpointer, not even a stock one with
+    ** synchronous=OFF that copies without syncing the log, may copy a
+    ** commit before it is durable. */
+    CHECK(nCkpt>0 && nCkpt<nLog);
+  }else{
+    CHECK_EQ(nCkpt, nLog);
+  }
   open_gate(pid, gate, ackFd);
   CHECK_EQ(rows_of(db, 7), 1);
   check_integrity(db);
@@ -658,7 +667,7 @@ int main(void){
   signal(SIGPIPE, SIG_IGN);
   test_dir(zDir, sizeof(zDir), "groupproc");
   snprintf(g_db, sizeof(g_db), "%s/g.db", zDir);
-  if( waldio_register("waldio", 0, 0)!=SQLITE_OK ) return 2;
+  if( test_register("waldio", 0, WALDIO_LAYOUT_EMBED)!=SQLITE_OK ) return 2;
   for(i=0; i<sizeof(aNp)/sizeof(aNp[0]); i++){
     fprintf(stderr, "  many: %d processes, durable\n", aNp[i]);
     test_many(aNp[i], 0);

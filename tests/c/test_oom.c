@@ -11,6 +11,7 @@
 */
 #include "check.h"
 #include "test_util.h"
+#include "test_layout.h"
 #include "waldio.h"
 
 static sqlite3_mem_methods g_real;
@@ -58,7 +59,7 @@ int main(void){
   m.xMalloc = fault_malloc;
   m.xRealloc = fault_realloc;
   CHECK_EQ(sqlite3_config(SQLITE_CONFIG_MALLOC, &m), SQLITE_OK);
-  CHECK_EQ(waldio_register("waldio", 0, 0), SQLITE_OK);
+  CHECK_EQ(test_register("waldio", 0, WALDIO_LAYOUT_EMBED), SQLITE_OK);
   test_dir(zDir, sizeof(zDir), "oom");
   snprintf(zPath, sizeof(zPath), "%s/oom.db", zDir);
   /* A small log: each of the ~1,200 runs creates one. */

@@ -32,6 +32,7 @@
 */
 #include "check.h"
 #include "test_util.h"
+#include "test_layout.h"
 #include "waldio.h"
 
 #include <errno.h>
@@ -100,7 +101,7 @@ static int count_rows_child(const char *zDb, int want){
   sqlite3 *db = 0;
   char buf[64];
   long long n;
-  if( waldio_register(0, 1, 0) ) return 10;
+  if( test_register(0, 1, WALDIO_LAYOUT_EMBED) ) return 10;
   if( sqlite3_open(zDb, &db) ) return 11;
   sqlite3_busy_timeout(db, 10000);
   n = query_int(db, "SELECT count(*) FROM t");
@@ -125,7 +126,7 @@ static void test_conversion_race(void){
   p1 = fork();
   if( p1==0 ){
     sqlite3_vfs *v;
-    if( waldio_register(0, 1, 0) ) _exit(10);
+    if( test_register(0, 1, WALDIO_LAYOUT_EMBED) ) _exit(10);
     v = sqlite3_vfs_find("waldio");
     v->xSetSystemCall(v, "waldio_rename", (sqlite3_syscall_ptr)slow_rename);
     _exit(count_rows_child(zDb, 100));
@@ -153,7 +154,7 @@ static int fork_parent(const char *zDb){
   sqlite3 *db = 0;
   int i, toChild[2], status;
   pid_t c;
-  if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) return 20;
+  if( test_register(0, 1, WALDIO_LAYOUT_EMBED) || sqlite3_open(zDb, &db) ) return 20;
   if( exec_ok(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"
                   " PRAGMA wal_autocheckpoint=0; CREATE TABLE t(x);"
                   " PRAGMA waldio_group_ms=60000; PRAGMA waldio_group=async") ){
@@ -191,7 +192,7 @@ static void test_fork_child_exit(void){
   CHECK_EQ(wait_child(p), 0);
   p = fork();
   if( p==0 ){
-    if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) _exit(40);
+    if( test_register(0, 1, WALDIO_LAYOUT_EMBED) || sqlite3_open(zDb, &db) ) _exit(40);
     if( query_int(db, "SELECT count(*) FROM t WHERE x='durable'")!=3 ) _exit(41);
     if( query_int(db, "SELECT count(*) FROM t WHERE x='buffered'")!=5 ) _exit(42);
     if( strcmp(query_text(db, "PRAGMA integrity_check", buf, sizeof(buf)), "ok") ) _exit(43);
@@ -204,15 +205,17 @@ static void test_fork_child_exit(void){
 
 static int reinit_child(const char *zDb){
   sqlite3 *db = 0;
-  char buf[4096];
-  if( waldio_register(0, 1, 0) ) return 50;
+  char buf[4096], zLayout[64];
+  if( test_register(0, 1, WALDIO_LAYOUT_EMBED) ) return 50;
   sqlite3_shutdown();
   sqlite3_initialize();
-  if( waldio_register(0, 1, 0) ) return 51;
+  if( test_register(0, 1, WALDIO_LAYOUT_EMBED) ) return 51;
   if( strcmp(sqlite3_vfs_find(0)->zName, "waldio") ) return 52;
   if( sqlite3_open(zDb, &db) ) return 53;
   if( exec_ok(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1)") ) return 54;
-  if( strstr(query_text(db, "PRAGMA waldio", buf, sizeof(buf)), "\"layout\":\"embed\"")==0 ) return 55;
+  snprintf(zLayout, sizeof(zLayout), "\"layout\":\"%s\"",
+           waldio_layout_name(test_layout(WALDIO_LAYOUT_EMBED)));
+  if( strstr(query_text(db, "PRAGMA waldio", buf, sizeof(buf)), zLayout)==0 ) return 55;
   if( query_int(db, "SELECT length(waldio_last_error())>=0")!=1 ) return 56;
   sqlite3_close(db);
   return 0;
@@ -231,7 +234,9 @@ static void test_reinitialization(void){
   f = fopen(zDb, "rb");
   CHECK(f && fread(h, 1, sizeof(h), f)==sizeof(h));
   if( f ) fclose(f);
-  CHECK_EQ(h[20], 24);                 /* the auto-extension ran again */
+  /* The auto-extension ran again: it reserved the embed layout's bytes
+  ** (the other layouts need none; reinit_child checked its SQL function). */
+  if( test_layout(WALDIO_LAYOUT_EMBED)==WALDIO_LAYOUT_EMBED ) CHECK_EQ(h[20], 24);
 }
 
 /* ------------------------------------------- concurrent first opens */
@@ -247,7 +252,7 @@ static int open_and_hold_child(const char *zDb, int holdMs){
   sqlite3 *db = 0;
   sqlite3_vfs *v;
   char buf[256];
-  if( waldio_register(0, 1, 0) ) return 60;
+  if( test_register(0, 1, WALDIO_LAYOUT_EMBED) ) return 60;
   v = sqlite3_vfs_find("waldio");
   v->xSetSystemCall(v, "waldio_pread", (sqlite3_syscall_ptr)slow_block0_pread);
   if( sqlite3_open(zDb, &db) ) return 61;
@@ -271,7 +276,7 @@ static void test_concurrent_first_opens(void){
   remove_db(zDb);
   aPid[0] = fork();
   if( aPid[0]==0 ){
-    if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) _exit(70);
+    if( test_register(0, 1, WALDIO_LAYOUT_EMBED) || sqlite3_open(zDb, &db) ) _exit(70);
     if( exec_ok(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x);"
                     " INSERT INTO t VALUES(1)") ) _exit(71);
     _exit(sqlite3_close(db) ? 72 : 0);    /* clean close: guard cleared */
@@ -293,7 +298,7 @@ static int late_reader_child(const char *zDb, int toParent, int fromParent){
   sqlite3 *db = 0;
   char ch = 'r', buf[256];
   long long n;
-  if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) return 80;
+  if( test_register(0, 1, WALDIO_LAYOUT_EMBED) || sqlite3_open(zDb, &db) ) return 80;
   sqlite3_busy_timeout(db, 10000);
   if( query_int(db, "SELECT count(*) FROM t")!=1 ) return 81;
   if( write(toParent, &ch, 1)!=1 || read(fromParent, &ch, 1)!=1 ) return 82;
@@ -316,7 +321,7 @@ static void test_generation_started_elsewhere(void){
   remove_db(zDb);
   pid = fork();
   if( pid==0 ){
-    if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) _exit(84);
+    if( test_register(0, 1, WALDIO_LAYOUT_EMBED) || sqlite3_open(zDb, &db) ) _exit(84);
     if( exec_ok(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x);"
                     " INSERT INTO t VALUES(1)") ) _exit(85);
     _exit(sqlite3_close(db) ? 86 : 0);   /* clean close: no generation left */
@@ -338,7 +343,7 @@ static void test_generation_started_elsewhere(void){
   {
     pid_t w = fork();
     if( w==0 ){
-      if( waldio_register(0, 1, 0) || sqlite3_open(zDb, &db) ) _exit(87);
+      if( test_register(0, 1, WALDIO_LAYOUT_EMBED) || sqlite3_open(zDb, &db) ) _exit(87);
       if( exec_ok(db, "INSERT INTO t VALUES(2)") ) _exit(88);
       if( write(down[1], "g", 1)!=1 ) _exit(89);
       sleep_ms(500);                        /* keep the wal-index alive */
@@ -366,7 +371,7 @@ static void test_killed_creator(void){
   snprintf(zDb, sizeof(zDb), "%s/killed.db", g_dir);
   snprintf(zWal, sizeof(zWal), "%s-wal", zDb);
   remove_db(zDb);
-  CHECK_EQ(waldio_register(0, 1, 0), SQLITE_OK);
+  CHECK_EQ(test_register(0, 1, WALDIO_LAYOUT_EMBED), SQLITE_OK);
   CHECK_EQ(sqlite3_open(zDb, &db), SQLITE_OK);
   exec_ok(db, "PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1)");
   sqlite3_close(db);

@@ -7,6 +7,7 @@
 */
 #include "check.h"
 #include "test_util.h"
+#include "test_layout.h"
 #include "vfs_internal.h"
 #include "wal_index.h"
 
@@ -56,7 +57,7 @@ int main(void){
   test_dir(zDir, sizeof(zDir), "walindex");
   snprintf(zDb, sizeof(zDb), "%s/w.db", zDir);
   snprintf(zWal, sizeof(zWal), "%s-wal", zDb);
-  if( waldio_register("waldio", 1, 0)!=SQLITE_OK ) return 2;
+  if( test_register("waldio", 1, WALDIO_LAYOUT_EMBED)!=SQLITE_OK ) return 2;
   CHECK_EQ(sqlite3_open(zDb, &db), SQLITE_OK);
   CHECK_EQ(sqlite3_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF;"
       "PRAGMA wal_autocheckpoint=0; CREATE TABLE t(k INTEGER PRIMARY KEY, v);"
