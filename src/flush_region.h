@@ -3,7 +3,8 @@
 ** state in memory that every process shares, and the protocol by which one
 ** flush makes the commits of many processes durable.
 **
-** Where it lives. waldio's wal-index file ("<db>-wal-shm", db_file.c) is
+** Where it lives. In the slotted layouts (the standard layout: flush_side.h),
+** waldio's wal-index file ("<db>-wal-shm", db_file.c) is
 ** mapped through the unix VFS's shared-memory methods, and waldio shifts
 ** SQLite's regions up by one: region 0 of the file is waldio's own and
 ** begins with a flush_region. The unix VFS's rules apply to it unchanged:
@@ -47,7 +48,10 @@
 **       sync (SQLite's sync before backfill, wal_file.c) is a wait for
 **       the group's flush, not a flush of its own: without that, each
 **       process's autocheckpoint would flush again what a group flush
-**       just made durable.
+**       just made durable. Not in the standard layout, whose region lives
+**       in a side file (flush_side.h): only group-mode processes take
+**       tickets there, stock processes never, so a checkpoint's sync
+**       flushes (wal_file.c sync_and_share).
 **   F4  Nobody waits forever. A dead leader's OFD lock is released by the
 **       kernel. While a leader has held the lock for more than STUCK_MS
 **       (stopped, or in a flush that never returns), or a waiter has

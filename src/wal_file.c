@@ -498,9 +498,10 @@ static int sync_and_share(waldio_wal_file *p){
   if( p->pDb->shm0 ) pFlush = waldio_db_flush_region(p->pDb, &rc);
   if( !pFlush ) return rc ? rc : log_sync_published(p->pLog, shm_of(p));
   upto = flush_region_written(pFlush);
-  if( log_own_writes_flushed(p->pLog) ){
+  if( log_own_writes_flushed(p->pLog) && !p->pDb->nativeShm ){
     /* F5: every published frame has a ticket <= upto: join the group's
-    ** flush instead of making one more. */
+    ** flush instead of making one more. (Not where stock processes share
+    ** the log: their commits take no ticket.) */
     return flush_region_wait(p->pLog, pFlush, upto);
   }
   rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);

@@ -31,7 +31,7 @@ JOURNAL_MODES = ("DELETE", "TRUNCATE", "PERSIST", "WAL", "MEMORY", "OFF")
 SYNC_LEVELS = ("OFF", "NORMAL", "FULL")
 
 
-LAYOUTS = ("embed", "pad4k", "pad8k")
+LAYOUTS = ("standard", "embed", "pad4k", "pad8k")
 
 
 SQLITE_BUILDS = ("apsw", "system")
