@@ -1,4 +1,5 @@
-"""`waldio recover`: what a waldio log with a damaged block 0 still proves.
+"""`waldio recover`: what a waldio log with a damaged block 0 (or a standard
+log with a damaged header) still proves.
 
 libwaldio refuses to open a log whose superblock (block 0, bytes 32..111,
 docs/format.md §2) fails its checks: the log may hold committed transactions,
@@ -24,6 +25,15 @@ Frames dropped: those after the last commit frame of the chain (a
 transaction that never committed) and those of the same generation after
 the chain breaks (they cannot be proven to follow the frames before them).
 Nothing is ever written to the database file itself.
+
+A standard-layout log (SQLite's own WAL, docs/format.md §4) has no second
+copy of its header. A damaged one is rebuilt from the first frame: SQLite's
+checksum runs backwards as well as forwards (each step adds words to both
+sums, so each step can be subtracted again), so frame 1's stored checksum
+and bytes give the header's checksum, and the header's one unknown word
+(its checkpoint sequence) is the one that makes the header sum to it. The
+salts come from the frame; a page size is right when the reverse run lands
+on a consistent header.
 """
 from __future__ import annotations
 
@@ -37,8 +47,16 @@ from typing import BinaryIO, Dict, Iterator, List, Optional, Tuple
 
 import waldio
 
-from .logformat import (FRAME_HDR, GUARD_VERSION, WAL_HDR, WAL_VERSION, Geometry,
-                        as_standard_header, damage_of, geometry, header_ok, wal_checksum)
+from .logformat import (FRAME_HDR, GUARD_VERSION, SB_MAGIC, WAL_HDR, WAL_MAGICS,
+                        WAL_VERSION, Geometry, as_standard_header, damage_of, geometry,
+                        header_ok, wal_checksum)
+
+WAL_MAGIC_LE, WAL_MAGIC_BE = WAL_MAGICS
+
+
+def _standard_geometry(page: int) -> Geometry:
+    """SQLite's own offsets (src/layout_standard.c): frames from byte 32."""
+    return Geometry(STANDARD, 4096, page, WAL_HDR, page + FRAME_HDR, 0, FRAME_HDR)
 
 BLOCK_SIZES = (4096, 512, 1024, 2048, 8192, 16384, 32768, 65536)
 LOCK_BASE = 1 << 62           # src/log_lock.c: INIT at +0, USE at +1
@@ -63,6 +81,62 @@ def _header_candidates(b0: bytes) -> List[Tuple[str, bytes]]:
         std = as_standard_header(guard)
         if not any(h == std for _, h in out):
             out.append(("the guard header (bytes 0..31)", std))
+    return out
+
+
+# --------------------------------------- a standard log's header, rebuilt
+
+STANDARD = 4                  # WALDIO_LAYOUT_STANDARD
+PAGE_SIZES = (4096, 1024, 2048, 8192, 16384, 32768, 65536, 512)
+
+
+def _unsum(data: bytes, big: bool, s: Tuple[int, int]) -> Tuple[int, int]:
+    """The sums wal_checksum(data, big, start) started from, given its result s."""
+    words = struct.unpack((">%dI" if big else "<%dI") % (len(data) // 4), data)
+    s1, s2 = s
+    for i in range(len(words) - 2, -1, -2):
+        s2 = (s2 - words[i + 1] - s1) & 0xFFFFFFFF
+        s1 = (s1 - words[i] - s2) & 0xFFFFFFFF
+    return s1, s2
+
+
+def _header_for(page: int, salts: bytes, big: bool, want: Tuple[int, int]) -> Optional[bytes]:
+    """The WAL header with these page size and salts whose checksum is want,
+    solving for its checkpoint sequence (bytes 12..15); None if none can."""
+    magic = WAL_MAGIC_BE if big else WAL_MAGIC_LE
+    fmt = ">6I" if big else "<6I"
+    base = bytearray(struct.pack(">IIII", magic, WAL_VERSION, page, 0) + salts)
+    w = struct.unpack(fmt, bytes(base))
+    s1 = w[0]
+    s2 = (w[1] + s1) & 0xFFFFFFFF
+    s1 = (s1 + w[2] + s2) & 0xFFFFFFFF
+    # want[0] = s1 + w4 + s2', s2' = s2 + w3 + s1: solve for w3
+    s2_after = (want[0] - s1 - w[4]) & 0xFFFFFFFF
+    w3 = (s2_after - s2 - s1) & 0xFFFFFFFF
+    struct.pack_into(">I" if big else "<I", base, 12, w3)
+    if wal_checksum(bytes(base), big) != want:
+        return None
+    return bytes(base) + struct.pack(">II", *want)
+
+
+def _standard_candidates(f: BinaryIO, size: int) -> List[Tuple[str, bytes]]:
+    """Headers rebuilt from frame 1 of a standard log, one per page size
+    (and checksum byte order) under which the reverse run is consistent."""
+    out: List[Tuple[str, bytes]] = []
+    for page in PAGE_SIZES:
+        if WAL_HDR + FRAME_HDR + page > size:
+            continue
+        f.seek(WAL_HDR)
+        frame = f.read(FRAME_HDR + page)
+        if _u32(frame, 0) == 0:
+            continue
+        stored = (_u32(frame, 16), _u32(frame, 20))
+        for big in (True, False):
+            start = _unsum(frame[FRAME_HDR:], big, stored)
+            start = _unsum(frame[:8], big, start)
+            hdr = _header_for(page, frame[8:16], big, start)
+            if hdr is not None:
+                out.append(("frame 1 (the header rebuilt for %d-byte pages)" % page, hdr))
     return out
 
 
@@ -215,12 +289,24 @@ def recover(database: Path, dry_run: bool = False, force: bool = False) -> Recov
             _lock_alone(f.fileno())
         b0 = f.read(65536)
         size = os.fstat(f.fileno()).st_size
-        rep = Recovery(str(database), str(log), damage_of(b0))
+        standard = b0[32:40] != SB_MAGIC and not (header_ok(b0[:WAL_HDR])
+                                                   and _u32(b0, 4) == GUARD_VERSION)
+        damage = damage_of(b0)
+        if standard and not (header_ok(b0[:WAL_HDR]) and _u32(b0, 4) == WAL_VERSION):
+            damage = ("the WAL header (bytes 0..31) is damaged: its magic, version or "
+                      "checksum is wrong")
+        rep = Recovery(str(database), str(log), damage)
         if rep.damage is None and not force:
             raise waldio.WaldioError(
-                "%s: block 0 is intact; waldio opens this log as it is (use --force "
-                "to rewrite it as a standard WAL all the same)" % log)
+                "%s: %s is intact; waldio opens this log as it is (use --force "
+                "to rewrite it as a standard WAL all the same)"
+                % (log, "the WAL header" if standard else "block 0"))
         best: Optional[Tuple[str, bytes, Chain]] = None
+        if standard:
+            for source, header in _standard_candidates(f, size):
+                c = walk(f, _standard_geometry(_u32(header, 8)), header, size)
+                if best is None or c.committed > best[2].committed:
+                    best = (source, header, c)
         for source, header in _header_candidates(b0):
             c = _best_chain(f, b0, size, header)
             if c and (best is None or c.committed > best[2].committed):
@@ -248,8 +334,8 @@ def recover(database: Path, dry_run: bool = False, force: bool = False) -> Recov
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, log)
-            rep.wrote = ("a standard SQLite WAL of %d frames (the next waldio open "
-                         "converts it)" % len(best[2].frames))
+            rep.wrote = ("a standard SQLite WAL of %d frames (stock SQLite and "
+                         "waldio's standard layout recover it as it is)" % len(best[2].frames))
         _fsync_dir(log)
     return rep
 

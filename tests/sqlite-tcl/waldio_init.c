@@ -20,7 +20,7 @@
 **                       waldio keeps its log): the stock references that
 **                       prove the "reserve" and "wal-kept" differences
 **                       (tests/sqlite-tcl/prove.py).
-**   WALDIO_TEST_LAYOUT  embed | pad4k | pad8k (unset: waldio's default)
+**   WALDIO_TEST_LAYOUT  standard | embed | pad4k | pad8k (unset: waldio's default)
 **   WALDIO_TEST_IO      direct | auto | buffered (unset: waldio's default)
 **   WALDIO_TEST_GROUP   off | async | durable (unset: waldio's default)
 ** A value that is not understood ends the process with status 2 and a
@@ -81,6 +81,7 @@ static const struct name_value aLayout[] = {
   { "embed", WALDIO_LAYOUT_EMBED },
   { "pad4k", WALDIO_LAYOUT_PAD4K },
   { "pad8k", WALDIO_LAYOUT_PAD8K },
+  { "standard", WALDIO_LAYOUT_STANDARD },
 #ifdef WALDIO_LAYOUT_AUTO
   { "auto",  WALDIO_LAYOUT_AUTO },
 #endif

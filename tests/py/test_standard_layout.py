@@ -1,0 +1,335 @@
+"""The standard layout (src/layout_standard.c): the -wal and -shm beside a
+waldio database are exactly SQLite's, so stock SQLite shares the database at
+any time -- reading, writing, checkpointing in every mode, limiting the log,
+closing last -- while waldio processes commit, group durable included.
+
+Judged by what SQLite itself accepts: the log parses as a WAL whose frames
+SQLite's recovery would take (salts, chained checksums), no acknowledged
+commit is missing, nothing was added that no process wrote, and
+integrity_check passes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Tuple
+
+import pytest
+
+import waldio
+from waldio.logformat import FRAME_HDR, WAL_HDR, WAL_VERSION, header_ok, wal_checksum
+
+MIX_WORKER = str(Path(__file__).resolve().parent / "mix_worker.py")
+
+
+def _u32(b: bytes, off: int) -> int:
+    return int(struct.unpack_from(">I", b, off)[0])
+
+
+def committed_frames(wal: Path) -> Tuple[bytes, List[Tuple[int, bytes]]]:
+    """SQLite's recovery, in Python: the header and every frame up to the
+    last commit frame whose salts and chained checksum hold."""
+    data = wal.read_bytes()
+    hdr = data[:WAL_HDR]
+    assert header_ok(hdr) and _u32(hdr, 4) == WAL_VERSION, "not a valid WAL header"
+    page, big = _u32(hdr, 8), bool(_u32(hdr, 0) & 1)
+    s = (_u32(hdr, 24), _u32(hdr, 28))
+    out: List[Tuple[int, bytes]] = []
+    pending: List[Tuple[int, bytes]] = []
+    off = WAL_HDR
+    while off + FRAME_HDR + page <= len(data):
+        fh, pg = data[off:off + FRAME_HDR], data[off + FRAME_HDR:off + FRAME_HDR + page]
+        if fh[8:16] != hdr[16:24] or _u32(fh, 0) == 0:
+            break
+        s = wal_checksum(pg, big, wal_checksum(fh[:8], big, s))
+        if s != (_u32(fh, 16), _u32(fh, 20)):
+            break
+        pending.append((_u32(fh, 0), pg))
+        if _u32(fh, 4):
+            out += pending
+            pending = []
+        off += FRAME_HDR + page
+    return hdr, out
+
+
+def status(conn: Any) -> Dict[str, Any]:
+    return json.loads(conn.execute("PRAGMA waldio")[0][0])
+
+
+def stats(conn: Any) -> Dict[str, Any]:
+    return json.loads(conn.execute("PRAGMA waldio_stats")[0][0])
+
+
+def make_table(conn: Any) -> None:
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, who TEXT, at REAL)")
+
+
+def test_a_new_log_is_sqlites_own_wal(apsw_sqlite: Any, dbdir: Path) -> None:
+    """A new database gets the standard layout: SQLite's WAL header, frames
+    at SQLite's offsets with SQLite's checksums, zeros past them; SQLite's
+    own -shm and nothing else beside the database (no reserve bytes)."""
+    db = dbdir / "std.db"
+    conn = apsw_sqlite.waldio(db)
+    make_table(conn)
+    for i in range(40):
+        conn.execute("INSERT INTO t VALUES(?, ?, ?)", (i, "x" * (50 + 300 * (i % 3)), i))
+    conn.execute("BEGIN")
+    for i in range(40, 400):
+        conn.execute("INSERT INTO t VALUES(?, ?, ?)", (i, "y" * 500, i))
+    conn.execute("COMMIT")
+    st = status(conn)
+    assert st["layout"] == "standard" and st["wal_index"] == "sqlite"
+    assert st["io"] == "direct"
+    wal = dbdir / "std.db-wal"
+    hdr, frames = committed_frames(wal)
+    assert _u32(hdr, 8) == 4096
+    mx = conn.execute("PRAGMA wal_checkpoint(PASSIVE)")[0][1]
+    assert len(frames) == mx > 0                 # every frame SQLite counts
+    end = WAL_HDR + len(frames) * (FRAME_HDR + 4096)
+    assert wal.stat().st_size > end              # preallocated ...
+    tail = wal.read_bytes()[end:end + 65536]
+    assert tail == bytes(len(tail))              # ... with zeros
+    assert sorted(p.name for p in dbdir.iterdir()) == ["std.db", "std.db-shm", "std.db-wal"]
+    assert (dbdir / "std.db").read_bytes()[20] == 0        # no reserved bytes
+    conn.close()
+
+
+def test_stock_checkpoints_and_limits_under_a_waldio_writer(apsw_sqlite: Any,
+                                                            dbdir: Path) -> None:
+    """A stock connection (SQLite's unix VFS, same process: the same -shm
+    and locks) truncates the log, restarts it and limits it between waldio
+    commits: waldio re-extends it where it needs to, and never loses a row."""
+    db = dbdir / "mix.db"
+    w = apsw_sqlite.waldio(db)
+    make_table(w)
+    s = apsw_sqlite.stock(db)
+    wal = dbdir / "mix.db-wal"
+    n = 0
+    for mode in ("PASSIVE", "FULL", "RESTART", "TRUNCATE", "TRUNCATE"):
+        for _ in range(30):
+            w.execute("INSERT INTO t VALUES(?, 'waldio', 0)", (n,))
+            n += 1
+        s.execute("INSERT INTO t VALUES(?, 'stock', 0)", (n,))
+        n += 1
+        busy, log, done = s.execute("PRAGMA wal_checkpoint(%s)" % mode)[0]
+        assert busy == 0 and log == done
+        if mode == "TRUNCATE":
+            assert wal.stat().st_size == 0          # as stock leaves it
+    extends = stats(w)["prealloc_extends"]
+    w.execute("INSERT INTO t VALUES(?, 'waldio', 0)", (n,))
+    n += 1
+    assert stats(w)["prealloc_extends"] == extends + 1  # re-extended, zero-filled
+    assert wal.stat().st_size >= 256 << 10
+    s.execute("PRAGMA journal_size_limit=0")
+    for _ in range(20):
+        s.execute("INSERT INTO t VALUES(?, 'stock', 0)", (n,))
+        n += 1
+    s.execute("PRAGMA wal_checkpoint(RESTART)")
+    s.execute("INSERT INTO t VALUES(?, 'stock', 0)", (n,))     # restarts, limits
+    n += 1
+    w.execute("INSERT INTO t VALUES(?, 'waldio', 0)", (n,))
+    n += 1
+    for c in (w, s):
+        assert c.execute("SELECT count(*), min(id), max(id) FROM t")[0] == (n, 0, n - 1)
+        assert c.execute("PRAGMA integrity_check")[0][0] == "ok"
+    _, frames = committed_frames(wal)
+    assert frames                                # the last commits, as SQLite reads them
+    w.close()
+    s.close()
+
+
+def test_stock_closes_last_and_waldio_comes_back(apsw_sqlite: Any, dbdir: Path) -> None:
+    db = dbdir / "last.db"
+    s = apsw_sqlite.stock(db)
+    make_table(s)
+    w = apsw_sqlite.waldio(db)
+    for i in range(50):
+        w.execute("INSERT INTO t VALUES(?, 'waldio', 0)", (i,))
+    w.close()                                    # not the last: stock is open
+    s.execute("INSERT INTO t VALUES(50, 'stock', 0)")
+    s.close()                                    # the last: deletes -wal, -shm
+    assert not (dbdir / "last.db-wal").exists()
+    assert not (dbdir / "last.db-shm").exists()
+    w = apsw_sqlite.waldio(db)
+    w.execute("INSERT INTO t VALUES(51, 'waldio', 0)")
+    assert w.execute("SELECT count(*) FROM t")[0][0] == 52
+    assert status(w)["layout"] == "standard"
+    w.close()
+
+
+def test_last_close_leaves_a_bounded_log_recovery_cannot_replay(apsw_sqlite: Any,
+                                                                 dbdir: Path) -> None:
+    """The last connection's clean close keeps the idle bound of the log,
+    but only after a durable header with new salts: no prefix of the old
+    frames (older copies of pages the database now holds) can be replayed."""
+    db = dbdir / "idle.db"
+    w = apsw_sqlite.waldio(db)
+    make_table(w)
+    for i in range(300):                         # ~1.2 MB of frames
+        w.execute("INSERT INTO t VALUES(?, ?, 0)", (i, "z" * 1000))
+    old_salts = (dbdir / "idle.db-wal").read_bytes()[16:24]
+    w.close()
+    wal = dbdir / "idle.db-wal"
+    assert wal.stat().st_size == 256 << 10
+    hdr, frames = committed_frames(wal)
+    assert hdr[16:24] != old_salts and frames == []
+    s = apsw_sqlite.stock(db)
+    assert s.execute("PRAGMA wal_checkpoint(PASSIVE)")[0] == (0, 0, 0)
+    assert s.execute("SELECT count(*) FROM t")[0][0] == 300
+    s.close()
+
+
+@pytest.mark.parametrize("group", ["off", "durable", "async"])
+def test_stock_processes_share_the_database_while_waldio_commits(dbdir: Path,
+                                                                 group: str) -> None:
+    """Three waldio processes commit (group mode as given) while a stock
+    apsw process and a Python sqlite3 process write too and run every
+    checkpoint mode and journal_size_limit, and the sqlite3 shell writes and
+    checkpoints in short sessions of its own; a stock process closes last.
+    Every acknowledged commit is there, nothing else is."""
+    db = dbdir / "shared.db"
+    acks = dbdir / "acks"
+    sq = subprocess.run(["sqlite3", str(db), "PRAGMA journal_mode=WAL;"
+                         " CREATE TABLE t(id INTEGER PRIMARY KEY, who TEXT, at REAL);"],
+                        capture_output=True, text=True, check=True)
+    assert sq.stdout.strip() == "wal"
+    def spawn(role: str, base: int, n: int, **opts: Any) -> subprocess.Popen:
+        opts.update(base=base, n=n, acks=str(acks))
+        return subprocess.Popen([sys.executable, MIX_WORKER, role, str(db), json.dumps(opts)],
+                                stdout=subprocess.PIPE, text=True)
+    procs = [spawn("waldio", k * 100000, 250, uri={"group": group}) for k in range(1, 4)]
+    procs.append(spawn("apsw", 500000, 150, every=10,
+                       ops=["ckpt:PASSIVE", "read", "ckpt:RESTART", "ckpt:FULL",
+                            "ckpt:TRUNCATE", "limit:0"]))
+    procs.append(spawn("sqlite3", 600000, 150, every=15, sync="NORMAL",
+                       ops=["read", "ckpt:TRUNCATE", "limit:65536", "ckpt:PASSIVE",
+                            "limit:-1", "ckpt:RESTART"]))
+    shell_ids = []
+    for k in range(8):                           # short sessions, opened and closed
+        rid = 700000 + k
+        subprocess.run(["sqlite3", "-cmd", ".timeout 30000", str(db),
+                        "INSERT INTO t VALUES(%d, 'shell', 0);"
+                        " PRAGMA wal_checkpoint(%s);" % (rid, ("PASSIVE", "TRUNCATE")[k % 2])],
+                       capture_output=True, text=True, check=True)
+        shell_ids.append(rid)
+    results = []
+    for p in procs:
+        out, _ = p.communicate(timeout=300)
+        assert p.returncode == 0
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    acked = {int(x) for x in acks.read_text().split()} | set(shell_ids)
+    for r in results[:3]:
+        assert r["status"]["layout"] == "standard"
+        assert r["status"]["group"] == group
+        assert r["stats"]["frames_written"] > 0
+    # A stock process closes last: the log and -shm go, as stock SQLite's do.
+    last = subprocess.run(["sqlite3", str(db), "PRAGMA integrity_check; SELECT id FROM t"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert last[0] == "ok"
+    assert set(map(int, last[1:])) == acked
+    assert not (dbdir / "shared.db-wal").exists()
+
+
+def test_a_damaged_header_is_refused_and_recovered(apsw_sqlite: Any, dbdir: Path) -> None:
+    """Frames of committed transactions behind a header another program
+    damaged: stock SQLite would ignore them all; waldio refuses to open,
+    and `waldio recover` rebuilds the header from the first frame."""
+    db = dbdir / "dmg.db"
+    code = ("import sys, os; sys.path.insert(0, %r); import conftest;"
+            " from waldio import drivers;"
+            " sq = conftest.Sqlite(conftest.load_waldio(drivers.driver_by_name('apsw')), 'apsw');"
+            " c = sq.waldio(%r); c.execute('PRAGMA journal_mode=WAL');"
+            " c.execute('CREATE TABLE t(id INTEGER PRIMARY KEY, v)');"
+            " [c.execute('INSERT INTO t VALUES(?, ?)', (i, 'v' * 300)) for i in range(60)];"
+            " os._exit(0)" % (str(Path(__file__).resolve().parent), str(db)))
+    subprocess.run([sys.executable, "-c", code], check=True)   # killed: frames stay
+    wal = dbdir / "dmg.db-wal"
+    raw = bytearray(wal.read_bytes())
+    raw[16] ^= 0xFF                              # salt-1: the header's checksum fails
+    wal.write_bytes(bytes(raw))
+    with pytest.raises(Exception) as e:
+        apsw_sqlite.waldio(db).execute("SELECT count(*) FROM t")
+    msg = waldio.last_error()
+    assert "damaged" in msg and "waldio recover" in msg, (e.value, msg)
+    out = subprocess.run([sys.executable, "-m", "waldio", "recover", str(db)],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert (dbdir / "dmg.db-wal.damaged").read_bytes() == bytes(raw)
+    conn = apsw_sqlite.waldio(db)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 60
+    assert conn.execute("PRAGMA integrity_check")[0][0] == "ok"
+    conn.close()
+
+
+def test_group_commit_without_a_usable_side_file(apsw_sqlite: Any, dbdir: Path) -> None:
+    """The flush region's side file cannot be used (here: a directory in its
+    place): group commit falls back to every commit flushing itself, and
+    PRAGMA waldio says why."""
+    db = dbdir / "side.db"
+    (dbdir / "side.db-waldio").mkdir()
+    conn = apsw_sqlite.waldio(db, group="durable")
+    make_table(conn)
+    for i in range(20):
+        conn.execute("INSERT INTO t VALUES(?, 'x', 0)", (i,))
+    st = status(conn)
+    assert st["flush_region"] == "none"
+    assert "side.db-waldio" in st["flush_region_reason"]
+    assert stats(conn)["flushes"] >= 20                # each commit its own
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 20
+    conn.close()
+
+
+def test_a_side_file_of_another_user_is_not_trusted(apsw_sqlite: Any, dbdir: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the side file another owner")
+    db = dbdir / "foreign.db"
+    side = dbdir / "foreign.db-waldio"
+    side.write_bytes(bytes(4096))
+    os.chown(side, 65534, 65534)                 # nobody: neither the db's owner nor us
+    conn = apsw_sqlite.waldio(db, group="durable")
+    make_table(conn)
+    conn.execute("INSERT INTO t VALUES(1, 'x', 0)")
+    st = status(conn)
+    assert st["flush_region"] == "none" and "owned by another user" in st["flush_region_reason"]
+    conn.close()
+
+
+def test_group_commit_uses_the_side_file(apsw_sqlite: Any, dbdir: Path) -> None:
+    db = dbdir / "grp.db"
+    conn = apsw_sqlite.waldio(db, group="durable")
+    make_table(conn)
+    conn.execute("INSERT INTO t VALUES(1, 'x', 0)")
+    st = status(conn)
+    assert st["flush_region"] == "side file"
+    assert (dbdir / "grp.db-waldio").stat().st_size > 0
+    assert not (dbdir / "grp.db-wal-shm").exists()
+    conn.close()
+
+
+def test_memory_file_system_gets_stock_io(apsw_sqlite: Any) -> None:
+    """tmpfs has no direct I/O: the log is SQLite's own, written as stock
+    SQLite writes it, and PRAGMA waldio says so."""
+    shm = Path("/dev/shm")
+    if not shm.is_dir() or os.statvfs(shm).f_bsize == 0:
+        pytest.skip("no /dev/shm tmpfs here")
+    d = shm / ("waldio-std-%d" % os.getpid())
+    d.mkdir()
+    try:
+        conn = apsw_sqlite.waldio(d / "m.db")
+        make_table(conn)
+        conn.execute("INSERT INTO t VALUES(1, 'x', 0)")
+        st = status(conn)
+        assert st["io"] == "stock" and "tmpfs" in st["io_reason"]
+        s = apsw_sqlite.stock(d / "m.db")
+        assert s.execute("SELECT count(*) FROM t")[0][0] == 1
+        s.close()
+        conn.close()
+    finally:
+        for p in d.iterdir():
+            p.unlink()
+        d.rmdir()
