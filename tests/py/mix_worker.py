@@ -12,8 +12,10 @@ transaction each, and after each COMMIT returns appends the id to the file
 opts["acks"] (a commit acknowledged). Every opts["every"] commits it also
 runs the next of opts["ops"], in turn: "ckpt:PASSIVE|FULL|RESTART|TRUNCATE",
 "limit:N" (PRAGMA journal_size_limit), "read" (the row count must never go
-down). At the end it prints one JSON line {"ok": ..., "stats": PRAGMA
-waldio_stats or null, "status": PRAGMA waldio or null} and closes.
+down); opts["pace_ms"] sleeps between commits; opts["create"] makes the
+database (WAL mode, table t) first. At the end it prints one JSON line
+{"ok": ..., "stats": PRAGMA waldio_stats or null, "status": PRAGMA waldio or
+null} and closes.
 """
 from __future__ import annotations
 
@@ -44,13 +46,19 @@ def main() -> None:
     role, db = sys.argv[1:3]
     opts = json.loads(sys.argv[3])
     run = connect(role, db, opts.get("uri", {}))
+    if opts.get("create"):
+        run("PRAGMA journal_mode=WAL")
+        run("CREATE TABLE IF NOT EXISTS t(id INTEGER PRIMARY KEY, who TEXT, at REAL)")
     run("PRAGMA synchronous=%s" % opts.get("sync", "FULL"))
+    pace = opts.get("pace_ms", 0) / 1000.0
     ops, every, seen = opts.get("ops", []), opts.get("every", 25), 0
     with open(opts["acks"], "a", buffering=1) as acks:
         for i in range(opts["n"]):
             rid = opts["base"] + i
             run("INSERT INTO t(id, who, at) VALUES(%d, '%s', %f)" % (rid, role, time.time()))
             acks.write("%d\n" % rid)
+            if pace:
+                time.sleep(pace)
             if ops and (i + 1) % every == 0:
                 op = ops[(i // every) % len(ops)]
                 if op == "read":
