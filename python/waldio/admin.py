@@ -6,9 +6,13 @@
                                   stock SQLite can open the database again
     waldio detach --keep-wal app.db
                                   the same, then put it back in (stock) WAL mode
-    waldio convert app.db         give an existing database the 24 reserved
-                                  bytes per page that header embedding needs
-                                  (sets reserve_bytes, runs VACUUM)
+    waldio convert app.db         to the embed layout: give the database the 24
+                                  reserved bytes per page header embedding
+                                  needs (reserve_bytes, VACUUM) and an embed log
+    waldio convert --to standard app.db
+                                  to the standard layout (SQLite's own -wal and
+                                  -shm): checkpoint the log, replace it by an
+                                  empty standard one
     waldio recover app.db         a log whose block 0 is damaged: keep every
                                   frame that can be proven committed, as a
                                   standard WAL, and say how many were dropped
@@ -82,9 +86,19 @@ def cmd_detach(args: argparse.Namespace) -> int:
     return 0
 
 
-def convert(path: Path, reserve: int = EMBED_RESERVE) -> int:
-    """Set the reserved bytes per page with stock SQLite and VACUUM.
-    Returns the reserve the database has afterwards."""
+def _in_use(path: Path, what: str, e: Exception) -> waldio.WaldioError:
+    return waldio.WaldioError("%s: cannot %s while other connections have it open "
+                              "(%s); close them first" % (path, what, e))
+
+
+def _layout_of(conn: Any) -> str:
+    return str(conn.execute("PRAGMA waldio_layout").fetchall()[0][0])
+
+
+def convert_to_embed(path: Path, reserve: int = EMBED_RESERVE) -> int:
+    """Set the reserved bytes per page with stock SQLite and VACUUM, then
+    give the database an (empty) embed log, which later opens keep. Returns
+    the reserve the database has afterwards."""
     apsw = _apsw()
     info = describe_database(path)
     sb = info["wal_file"].get("superblock", {})
@@ -93,22 +107,66 @@ def convert(path: Path, reserve: int = EMBED_RESERVE) -> int:
             "%s has a waldio log in use or holding frames; it was already opened "
             "through waldio. Run `waldio detach %s` first if you want to rebuild it"
             % (path, path))
-    if info.get("reserve_bytes", 0) >= reserve:
-        return int(info["reserve_bytes"])
-    conn = apsw.Connection(str(path), vfs="unix")
+    if info.get("reserve_bytes", 0) < reserve:
+        # A standard log is SQLite's own: stock SQLite checkpoints it.
+        conn = apsw.Connection(str(path), vfs="unix")
+        try:
+            cell = ctypes.c_int(reserve)
+            conn.file_control("main", RESERVE_BYTES_FCNTL, ctypes.addressof(cell))
+            conn.execute("VACUUM").fetchall()
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        except apsw.BusyError as e:
+            raise _in_use(path, "convert it", e) from e
+        finally:
+            conn.close()
+    after = int(describe_database(path).get("reserve_bytes", 0))
+    if after >= reserve and info.get("journal") == "wal":
+        conn = waldio.connect(path, layout="embed")
+        try:
+            conn.execute("PRAGMA journal_mode=WAL").fetchall()
+            if _layout_of(conn) != "embed":
+                raise waldio.WaldioError("%s: its log stays %s: another connection has "
+                                         "it open" % (path, _layout_of(conn)))
+        finally:
+            conn.close()
+    return after
+
+
+def convert_to_standard(path: Path) -> str:
+    """Checkpoint the log into the database and replace it by an empty
+    standard one (SQLite's own format). Returns the layout afterwards."""
+    apsw = _apsw()
+    conn = waldio.connect(path)
     try:
-        cell = ctypes.c_int(reserve)
-        conn.file_control("main", RESERVE_BYTES_FCNTL, ctypes.addressof(cell))
-        conn.execute("VACUUM").fetchall()
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        busy, log, done = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+    except apsw.BusyError as e:
+        raise _in_use(path, "checkpoint its log", e) from e
     finally:
         conn.close()
-    return int(describe_database(path).get("reserve_bytes", 0))
+    if busy or log != done:
+        raise waldio.WaldioError("%s: the checkpoint could not copy the whole log "
+                                 "(%d of %d frames): other connections have it open"
+                                 % (path, done, log))
+    conn = waldio.connect(path, layout="standard")
+    try:
+        layout = _layout_of(conn)
+    finally:
+        conn.close()
+    if layout != "standard":
+        raise waldio.WaldioError("%s: its log stays %s: another connection has it open"
+                                 % (path, layout))
+    return layout
 
 
 def cmd_convert(args: argparse.Namespace) -> int:
-    before = describe_database(Path(args.database)).get("reserve_bytes")
-    after = convert(Path(args.database), args.reserve)
+    path = Path(args.database)
+    if args.to == "standard":
+        convert_to_standard(path)
+        print("%s: its log is in the standard layout (SQLite's own -wal and -shm): "
+              "stock SQLite and Litestream can share it" % path)
+        return 0
+    before = describe_database(path).get("reserve_bytes")
+    after = convert_to_embed(path, args.reserve)
     if after < args.reserve:
         print("%s: reserve is %s, wanted %d" % (args.database, after, args.reserve))
         return 1
@@ -149,11 +207,17 @@ def register(sub: Any) -> None:
                    help="afterwards, put the database back in WAL mode with stock SQLite")
     p.set_defaults(func=cmd_detach)
 
-    p = sub.add_parser("convert", help="add the reserved bytes header embedding needs",
-                       description="Give an existing database 24 reserved bytes per "
-                                   "page (SQLITE_FCNTL_RESERVE_BYTES + VACUUM, with "
-                                   "stock SQLite), so waldio can embed frame headers.")
+    p = sub.add_parser("convert", help="move a database's log to another layout",
+                       description="--to embed (the default): give an existing database "
+                                   "24 reserved bytes per page (SQLITE_FCNTL_RESERVE_BYTES "
+                                   "+ VACUUM, with stock SQLite) and an embed log, so "
+                                   "waldio embeds frame headers. --to standard: "
+                                   "checkpoint the log and replace it by an empty one in "
+                                   "SQLite's own format. No other connection may have the "
+                                   "database open.")
     p.add_argument("database", type=_existing_file)
+    p.add_argument("--to", choices=("embed", "standard"), default="embed",
+                   help="the layout to convert to (default embed)")
     p.add_argument("--reserve", type=int, default=EMBED_RESERVE, choices=range(24, 256),
                    metavar="N", help="reserved bytes per page, 24..255 (default 24)")
     p.set_defaults(func=cmd_convert)
@@ -163,8 +227,8 @@ def register(sub: Any) -> None:
                                    "superblock is damaged: find SQLite's header and the "
                                    "log's geometry from what block 0 still proves, keep "
                                    "every frame SQLite's recovery would accept up to the "
-                                   "last commit, write them as a standard SQLite WAL (the "
-                                   "next waldio open converts it) and keep the damaged log "
+                                   "last commit, write them as a standard SQLite WAL (which "
+                                   "SQLite recovers as it is) and keep the damaged log "
                                    "as DATABASE-wal.damaged. Reports how many frames it "
                                    "dropped. No process may have the database open.")
     p.add_argument("database", type=_existing_file)

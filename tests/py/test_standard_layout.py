@@ -333,3 +333,38 @@ def test_memory_file_system_gets_stock_io(apsw_sqlite: Any) -> None:
         for p in d.iterdir():
             p.unlink()
         d.rmdir()
+
+
+def test_convert_goes_both_ways(dbdir: Path) -> None:
+    """`waldio convert` moves a database from the standard layout to embed
+    and back; an existing log keeps its layout in between (auto)."""
+    db = dbdir / "conv.db"
+    conn = waldio.connect(db)
+    make_table(conn)
+    for i in range(100):
+        conn.execute("INSERT INTO t VALUES(?, 'x', 0)", (i,))
+    conn.close()
+
+    def run(*args: str) -> str:
+        r = subprocess.run([sys.executable, "-m", "waldio", "convert", *args, str(db)],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return r.stdout
+
+    def layout_and_rows() -> Tuple[str, int, int]:
+        c = waldio.connect(db)
+        try:
+            return (c.execute("PRAGMA waldio_layout").fetchall()[0][0],
+                    c.execute("SELECT count(*) FROM t").fetchall()[0][0],
+                    c.execute("PRAGMA integrity_check").fetchall()[0][0] == "ok")
+        finally:
+            c.close()
+
+    run()                                        # --to embed, the default
+    assert (dbdir / "conv.db").read_bytes()[20] == 24
+    assert layout_and_rows() == ("embed", 100, True)
+    run("--to", "standard")
+    assert layout_and_rows() == ("standard", 100, True)
+    s = subprocess.run(["sqlite3", str(db), "SELECT count(*) FROM t"], capture_output=True,
+                       text=True)
+    assert s.stdout.strip() == "100"             # stock SQLite shares it again
