@@ -116,7 +116,7 @@ static int std_attach(waldio_log *pLog, const log_request *req,
   u8 aHead[WAL_HDR_BYTES + WAL_FRAME_HDR_BYTES];
   wal_superblock sb;
   size_t got = 0;
-  u32 page = 0;
+  u32 page = 0, version = 0;
   int rc = SQLITE_OK, has;
   (void)pFound;
   memset(aHead, 0, sizeof(aHead));
@@ -124,8 +124,11 @@ static int std_attach(waldio_log *pLog, const log_request *req,
   if( rc ) return rc;
   has = got>=WAL_HDR_BYTES && valid_header(aHead, &page);
   /* No header: stock SQLite reads an empty WAL. Data after a broken one is
-  ** damage, never an empty log (T1: waldio never leaves that). */
-  if( !has && size>=WAL_HDR_BYTES && !all_zero(aHead, got) ){
+  ** damage, never an empty log (T1: waldio never leaves that). A header
+  ** that is whole (its checksum holds) but of another WAL version is
+  ** SQLite's to refuse, as it does (SQLITE_CANTOPEN). */
+  if( !has && size>=WAL_HDR_BYTES && !all_zero(aHead, got)
+   && !wf_parse_sqlite_header(aHead, &version, &page) ){
     return damaged_error(pLog);
   }
   if( !has && !pLog->file.readonly ){
@@ -220,10 +223,11 @@ static int std_write_direct(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
   return rc;
 }
 
-/* T4: make the generation's frames unreplayable, durably: the header
-** again with salt-1 + 1 and a new salt-2 (as wal.c walRestartHdr would),
-** its checkpoint sequence + 1 and its checksum. No header: nothing to do. */
-static int invalidate_frames(waldio_log *pLog){
+/* Make the generation's frames unreplayable: the header again with salt-1
+** + 1 and a new salt-2 (as wal.c walRestartHdr would), its checkpoint
+** sequence + 1 and its checksum; durably if `durable` (T4, before a cut).
+** No header: nothing to do. */
+static int invalidate_frames(waldio_log *pLog, int durable){
   u8 h[WAL_HDR_BYTES];
   u32 sum[2], salt2, page = 0;
   size_t got = 0;
@@ -237,7 +241,7 @@ static int invalidate_frames(waldio_log *pLog){
   wf_put32(h+24, sum[0]);
   wf_put32(h+28, sum[1]);
   rc = log_write_bytes(pLog, 0, h, WAL_HDR_BYTES, LOG_BUFFERED);
-  if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
+  if( rc==SQLITE_OK && durable ) rc = dio_fdatasync(&pLog->file);
   if( rc==SQLITE_OK ) adopt_header(pLog, h, page);
   return rc;
 }
@@ -247,7 +251,7 @@ static int cut(waldio_log *pLog, i64 keep){
   i64 size;
   int rc = dio_file_size(&pLog->file, &size);
   if( rc || size<=keep ) return rc;
-  if( keep>=WAL_HDR_BYTES ) rc = invalidate_frames(pLog);          /* T4 */
+  if( keep>=WAL_HDR_BYTES ) rc = invalidate_frames(pLog, 1);       /* T4 */
   if( rc==SQLITE_OK ) rc = log_truncate_physical(pLog, keep);
   if( rc==SQLITE_OK && keep<WAL_HDR_BYTES ) adopt_header(pLog, 0, 0);
   pthread_mutex_lock(&pLog->mutex);
@@ -275,13 +279,20 @@ static int std_truncate(waldio_log *pLog, i64 size, i64 keepAtLeast){
 
 /* Frames this process left to the kernel (synchronous=OFF) are in the
 ** database now: drop them before write-back, as stock SQLite deletes its
-** WAL. Otherwise keep idleKeep bytes, their frames made unreplayable. */
+** WAL. Otherwise keep idleKeep bytes with their frames made unreplayable, so
+** the next open recovers nothing, as after stock SQLite deleted its WAL:
+** durably where bytes are cut (T4), else as advice (lost in a crash, the
+** whole generation is replayed: frames the database holds already). */
 static int std_close_clean(waldio_log *pLog, i64 idleKeep, int alone){
   u32 B = pLog->file.block;
-  i64 keep = idleKeep / B * B;
+  i64 keep = idleKeep / B * B, size;
+  int rc;
   if( !alone ) return SQLITE_OK;
   if( !log_own_writes_flushed(pLog) ) keep = 0;
-  return cut(pLog, keep<WAL_HDR_BYTES ? 0 : keep);
+  if( keep<WAL_HDR_BYTES ) return cut(pLog, 0);
+  rc = dio_file_size(&pLog->file, &size);
+  if( rc ) return rc;
+  return size>keep ? cut(pLog, keep) : invalidate_frames(pLog, 0);
 }
 
 const wal_layout wal_layout_standard = {

@@ -103,30 +103,46 @@ static int database_alone(waldio_db_file *db){
   return alone;
 }
 
+/* One wal-index file: conformed, or unlinked if that fails while this is
+** the only connection (its first user rebuilds it). Returns OWNER_OK or
+** not. */
+static int conform_shm(const waldio_syscalls *sys, waldio_db_file *db,
+                       const char *zShm, const struct stat *pDb, int readonly){
+  if( conform(sys, zShm, 0, pDb, 0)==OWNER_OK ) return 1;
+  return !readonly && database_alone(db) && sys->xUnlink(zShm)==0;
+}
+
 void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
                         const struct stat *pDb, int readonly){
   const waldio_syscalls *sys = &v->sys;
+  /* waldio's wal-index (slotted layouts), then SQLite's own (standard: a
+  ** kept log keeps SQLite's -shm too, as stock with PERSIST_WAL does). */
   char *zShm = sqlite3_mprintf("%s-shm", zLog);
-  int logEmpty = 0, logOk, shmOk, savedErrno = errno;
-  if( !zShm ) return;
-  logOk = conform(sys, zLog, 1, pDb, &logEmpty)==OWNER_OK;
-  shmOk = conform(sys, zShm, 0, pDb, 0)==OWNER_OK;
-  if( ((!logOk && logEmpty) || !shmOk) && !readonly && database_alone(db) ){
-    /* Unlinked, as stock SQLite deletes its WAL and -shm: an empty log is
-    ** nothing but its preallocation; the wal-index is rebuilt from the log. */
-    if( !logOk && logEmpty && sys->xUnlink(zLog)==0 ) logOk = 1;
-    if( !shmOk && sys->xUnlink(zShm)==0 ) shmOk = 1;
+  char *zDbShm = db->zName ? sqlite3_mprintf("%s-shm", db->zName) : 0;
+  int logEmpty = 0, logOk, shmOk, dbShmOk = 1, savedErrno = errno;
+  if( !zShm || (db->zName && !zDbShm) ){
+    sqlite3_free(zShm);
+    return;
   }
-  if( !logOk || !shmOk ){
+  logOk = conform(sys, zLog, 1, pDb, &logEmpty)==OWNER_OK;
+  shmOk = conform_shm(sys, db, zShm, pDb, readonly);
+  if( zDbShm ) dbShmOk = conform_shm(sys, db, zDbShm, pDb, readonly);
+  if( !logOk && logEmpty && !readonly && database_alone(db) ){
+    /* Unlinked, as stock SQLite deletes its WAL: an empty log is nothing
+    ** but its preallocation. */
+    if( sys->xUnlink(zLog)==0 ) logOk = 1;
+  }
+  if( !logOk || !shmOk || !dbShmOk ){
     waldio_warning("%s keeps a mode or owner other than its database's (%04o,"
         " uid %d): this process (uid %d) may not change it and cannot replace"
         " it now (%s). Open the database once as the file's owner or as root"
-        " with no other connection", logOk ? zShm : zLog,
+        " with no other connection", !logOk ? zLog : !shmOk ? zShm : zDbShm,
         (unsigned)(pDb->st_mode & 0777), (int)pDb->st_uid, (int)geteuid(),
         readonly ? "a read-only connection"
         : (!logOk && !logEmpty) ? "the log holds transactions, or cannot be read"
         : "another connection has the database open");
   }
   sqlite3_free(zShm);
+  sqlite3_free(zDbShm);
   errno = savedErrno;           /* O3: a failure here is nobody's business */
 }
