@@ -27,8 +27,7 @@ set(ENV{PKG_CONFIG_LIBDIR} /usr/lib/aarch64-linux-gnu/pkgconfig:/usr/share/pkgco
 # the same build as the libc found beside libsqlite3. The cross toolchain's
 # own copy (-L /usr/aarch64-linux-gnu) is another build of glibc 2.36: its
 # loader then loaded /lib/aarch64-linux-gnu/libc.so.6 with libsqlite3, and
-# programs spun forever in libc's locks (in pthread_create, and in exit with
-# a second thread running).
+# programs spun forever in libc's locks (in pthread_create and in exit).
 find_program(WALDIO_QEMU_AARCH64 qemu-aarch64)
 if(WALDIO_QEMU_AARCH64)
   set(CMAKE_CROSSCOMPILING_EMULATOR ${WALDIO_QEMU_AARCH64} -L /)
