@@ -79,9 +79,6 @@ SQLITE_EXTENSION_INIT1
 #ifndef RWF_DSYNC
 # define RWF_DSYNC 0x2
 #endif
-#ifndef O_DIRECT
-# define O_DIRECT 040000
-#endif
 
 typedef int64_t i64;
 typedef uint64_t u64;
