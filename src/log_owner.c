@@ -122,6 +122,7 @@ void waldio_log_conform(waldio_vfs *v, waldio_db_file *db, const char *zLog,
   int logEmpty = 0, logOk, shmOk, dbShmOk = 1, savedErrno = errno;
   if( !zShm || (db->zName && !zDbShm) ){
     sqlite3_free(zShm);
+    sqlite3_free(zDbShm);
     return;
   }
   logOk = conform(sys, zLog, 1, pDb, &logEmpty)==OWNER_OK;

@@ -3,42 +3,33 @@
 Seconds are one file's wall time through waldio on this machine kind (2 vCPU,
 ext4), measured in runs of the whole list; stock takes the same or less.
 
-FULL runs with waldio's default options (make test: `default`). It holds every
-WAL test file, the pager, savepoint, backup and incrvacuum files, and the
-fault-injection files whose loops use a WAL (pagerfault 40-70 s, sysfault),
-except:
+FULL runs with waldio's default options (make test: `default`: the standard
+layout, SQLite's own -wal and -shm). It holds every WAL test file, the pager,
+savepoint, backup and incrvacuum files, and the fault-injection files whose
+loops use a WAL (pagerfault 40-70 s, sysfault), except:
   walcrash3.test      700 s: 10,000 crash-and-recover rounds (stock 400 s)
   walcrash2.test      every one of its 1,025 cases asserts the -wal file size
                       (by design different); tester.tcl gives up after 1,000
                       failures, so the file cannot end normally
-  e_walauto.test, walro.test, walro2.test, walsetlk.test
-                      open, chmod or patch test.db-shm outside any test case;
-                      waldio's wal-index is test.db-wal-shm, so the file stops
-                      there (walro.test then crashes in the harness, which
-                      resolves a handle name that the failed step never made)
   walslow.test        60-100 s: its 3.3 cases flip each of the first 1080
-                      bytes of the -wal in turn, 18 times (by design different:
-                      that is waldio's block 0), and its large-log cases are
-                      covered by wal3 and walbig
+                      bytes of the -wal in turn, 18 times, and its large-log
+                      cases are covered by wal3 and walbig
   savepoint6.test     195 s: random savepoint operations
   backup_ioerr.test   120 s, pagerfault2.test 45 s, savepoint4.test 65 s,
   backup_malloc.test 21 s: no WAL at all (rollback journal faults)
 They stay runnable: `run.py --list all`.
 
-LAYOUT runs with each layout forced (pad4k, pad8k) and on the 4096-byte-page
-build (default-p4096: the embed layout wherever a test does not ask for small
+LAYOUT runs with each slotted layout forced (pad4k, pad8k) and on the
+4096-byte-page build (default-p4096: the standard layout with 4096-byte
 pages): the WAL files of FULL that take seconds. Left out there: walfault
 (190 s) and walthread (150 s), which exercise no layout-specific path the fast
 files miss; walprotocol (20 s of lock waits, the same in every layout); and
-walcrash (50-60 s), except on default-p4096: crash recovery with the frame
-header inside the page (embed) is the most distinct, and default already runs
-it with padded frames.
+walcrash (50-60 s), except on default-p4096 (default runs it with 1024-byte
+pages).
 
 USER runs as an unprivileged user (variant default-user, judged by
 stock-user; as root SQLite's permission checks pass whatever the file modes):
-the files that chmod files or open read-only. Its waldio side renames
-test.db-shm to test.db-wal-shm in the script, so that walro and walro2 reach
-their read-only cases instead of stopping at the first test.db-shm.
+the files that chmod files or open read-only.
 
 FAULT: the fault-injection files (SQLite's simulated I/O errors, disk-full,
 OOM), for the rounds report (`run.py --list fault --rounds`): each loop's
@@ -50,8 +41,8 @@ do_ioerr_test (rounds NAME.N.1/.2/.3).
 
 EMBED runs with waldio_layout=embed forced on the 4096-byte-page build: only
 files that never ask for pages smaller than a block. Forced embed refuses
-smaller pages by design (the default, auto, pads them), and a refused open in a
-file's set-up code ends the file.
+smaller pages by design, and a refused open in a file's set-up code ends the
+file.
 """
 from __future__ import annotations
 
@@ -74,7 +65,14 @@ pageropt.test savepoint.test savepoint2.test savepoint5.test savepoint7.test sav
 sysfault.test
 """.split()
 
-FULL: List[str] = WAL + OTHER
+# They open, chmod or patch test.db-shm by name: with waldio's own layouts
+# (whose wal-index is test.db-wal-shm) they stop there; the standard layout
+# (the default) keeps SQLite's own test.db-shm, so they run in FULL.
+SHM_NAMED: List[str] = """
+e_walauto.test walro.test walro2.test walsetlk.test
+""".split()
+
+FULL: List[str] = WAL + OTHER + SHM_NAMED
 
 LAYOUT: List[str] = [f for f in WAL
                      if f not in ("walfault.test", "walthread.test",
@@ -86,9 +84,8 @@ walfault2.test walnoshm.test walprotocol2.test walrofault.test walshared.test
 """.split()
 
 LONG: List[str] = """
-walcrash2.test walcrash3.test e_walauto.test walro.test walro2.test
-walsetlk.test walslow.test pagerfault2.test savepoint4.test savepoint6.test
-backup_ioerr.test backup_malloc.test
+walcrash2.test walcrash3.test walslow.test pagerfault2.test savepoint4.test
+savepoint6.test backup_ioerr.test backup_malloc.test
 """.split()
 
 USER: List[str] = """

@@ -59,11 +59,12 @@ _WALDIO = {"WALDIO_TEST_VFS": "waldio"}
 _STOCK = {"WALDIO_TEST_VFS": "stock"}
 
 # testfixture as SQLite ships it makes 1024-byte pages unless a test asks for
-# another size; with those waldio's automatic layout is pad4k. The embed layout
-# needs pages of whole blocks, so its variants run the 4096 build. The *-user
-# pair runs the read-only and permission files as an unprivileged user (as
-# root, permissions are not enforced); its waldio side uses -wal-shm names so
-# that those files reach their read-only cases. stock-reserve and
+# another size. waldio's default (auto) gives a new log the standard layout,
+# SQLite's own -wal and -shm: the default* variants run it, with 1024- and
+# 4096-byte pages and unprivileged. The slotted layouts run forced: pad4k and
+# pad8k on the 1024 build, embed (pages of whole blocks) on the 4096 build.
+# The *-user pair runs the read-only and permission files as an unprivileged
+# user (as root, permissions are not enforced). stock-reserve and
 # stock-persist-wal are the references prove.py compares two groups with.
 VARIANTS: Dict[str, Variant] = {v.name: v for v in [
     Variant("stock", 1024, _STOCK),
@@ -75,8 +76,7 @@ VARIANTS: Dict[str, Variant] = {v.name: v for v in [
     Variant("embed", 4096, dict(_WALDIO, WALDIO_TEST_LAYOUT="embed"),
             "stock-p4096"),
     Variant("stock-user", 1024, _STOCK, unprivileged=True),
-    Variant("default-user", 1024, _WALDIO, "stock-user", unprivileged=True,
-            shm_subst=True),
+    Variant("default-user", 1024, _WALDIO, "stock-user", unprivileged=True),
     Variant("stock-reserve", 1024, {"WALDIO_TEST_VFS": "stock-reserve"}),
     Variant("stock-reserve-p4096", 4096, {"WALDIO_TEST_VFS": "stock-reserve"}),
     Variant("stock-persist-wal", 1024, {"WALDIO_TEST_VFS": "stock-persist-wal"}),
