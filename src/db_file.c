@@ -350,7 +350,7 @@ static void release_read_lock_early(waldio_db_file *p){
   /* Not where stock processes share the wal-index: a stock checkpointer
   ** with synchronous=OFF copies frames without syncing the log first, and
   ** this lock is what keeps it from copying a commit that is not durable
-  ** yet (durability.md, "Stock processes in the standard layout"). */
+  ** yet (docs/interop.md, "What a stock process does"). */
   if( p->nativeShm ) return;
   if( !p->readSlot || !waldio_db_only_statement(p) ) return;
   h = shm_host(p, &rc);
