@@ -704,10 +704,12 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   rc = choose_layout(db, &req);
   if( rc ) return rc;
   db->zStockIo = 0;
-  if( req.layout==WALDIO_LAYOUT_STANDARD && db->opts.io==WALDIO_IO_DIRECT
+  if( (wal_layout_find(req.layout)->flags & LAYOUT_NATIVE_SHM)
+   && db->opts.io==WALDIO_IO_DIRECT
    && !waldio_db_has_slotted_log(db)
    && !dio_supported_at(&v->sys, db->zName, &db->zStockIo) ){
-    /* Nothing to gain, and on FUSE (LiteFS) much to break: the lower VFS's
+    /* A layout of SQLite's own files, where direct I/O cannot be had:
+    ** nothing to gain, and on FUSE (LiteFS) much to break. The lower VFS's
     ** own WAL, exactly stock SQLite's I/O, with SQLite's own wal-index. */
     db->nativeShm = 1;
     waldio_warning("%s: %s; its WAL is written as stock SQLite writes it",
