@@ -26,6 +26,15 @@
 ** batch of whole slots is one aligned direct write. The standard layout has
 ** area 32 and slot P+24: its frames straddle blocks, and its xWriteDirect
 ** completes the partial blocks at either end (layout_standard.c).
+**
+** Recovering and converting. SQLite recovers a log itself, through these
+** methods (xReadHeader, frame reads mapped by the geometry); a log its layout
+** cannot vouch for (a damaged block 0 or header in front of frames) is
+** refused by xAttach, naming the way out, `waldio recover`
+** (python/waldio/recover.py), which works offline. Converting between
+** layouts goes through SQLite and an empty log (`waldio convert`,
+** python/waldio/admin.py); a standard WAL met by an opener that asked for a
+** slotted layout is re-laid at open (wal_convert.c).
 */
 #ifndef WALDIO_WAL_LAYOUT_H
 #define WALDIO_WAL_LAYOUT_H
