@@ -73,6 +73,16 @@ static int valid_header(const u8 *h, u32 *pPage){
   return wf_parse_sqlite_header(h, &version, pPage) && version==WAL_FORMAT_VERSION;
 }
 
+/* A header SQLite wrote as it is, whatever its fields: its magic, and its
+** checksum over its first 24 bytes. SQLite decides what such a header's
+** page size or version means (an empty log, or SQLITE_CANTOPEN). */
+static int header_whole(const u8 *h){
+  u32 magic = wf_get32(h), sum[2];
+  if( magic!=WAL_MAGIC_LE && magic!=WAL_MAGIC_BE ) return 0;
+  wf_checksum(magic & 1, h, 24, 0, sum);
+  return sum[0]==wf_get32(h+24) && sum[1]==wf_get32(h+28);
+}
+
 static int all_zero(const u8 *a, size_t n){
   size_t i;
   for(i=0; i<n; i++) if( a[i] ) return 0;
@@ -116,19 +126,19 @@ static int std_attach(waldio_log *pLog, const log_request *req,
   u8 aHead[WAL_HDR_BYTES + WAL_FRAME_HDR_BYTES];
   wal_superblock sb;
   size_t got = 0;
-  u32 page = 0, version = 0;
+  u32 page = 0;
   int rc = SQLITE_OK, has;
   (void)pFound;
   memset(aHead, 0, sizeof(aHead));
   if( size>0 ) rc = dio_read(&pLog->file, aHead, sizeof(aHead), 0, &got);
   if( rc ) return rc;
   has = got>=WAL_HDR_BYTES && valid_header(aHead, &page);
-  /* No header: stock SQLite reads an empty WAL. Data after a broken one is
-  ** damage, never an empty log (T1: waldio never leaves that). A header
-  ** that is whole (its checksum holds) but of another WAL version is
-  ** SQLite's to refuse, as it does (SQLITE_CANTOPEN). */
+  /* No header: stock SQLite reads an empty WAL. Data after a broken one
+  ** (its magic or checksum fails) is damage, never an empty log (T1: waldio
+  ** never leaves that). A whole header with fields SQLite cannot use is
+  ** SQLite's to judge. */
   if( !has && size>=WAL_HDR_BYTES && !all_zero(aHead, got)
-   && !wf_parse_sqlite_header(aHead, &version, &page) ){
+   && (got<WAL_HDR_BYTES || !header_whole(aHead)) ){
     return damaged_error(pLog);
   }
   if( !has && !pLog->file.readonly ){
