@@ -234,19 +234,19 @@ static int std_write_direct(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
 }
 
 /* Make the generation's frames unreplayable: the header again with salt-1
-** + 1 and a new salt-2 (as wal.c walRestartHdr would), its checkpoint
-** sequence + 1 and its checksum; durably if `durable` (T4, before a cut).
-** No header: nothing to do. */
+** + 1 (as wal.c walRestartHdr makes a generation's: every frame in the file
+** carries this salt-1 or an older one), its checkpoint sequence + 1 and its
+** checksum; durably if `durable` (T4, before a cut). No header: nothing to
+** do. (Not SQLite's PRNG for a new salt-2: drawing from it here would change
+** what the application's own randomness gives.) */
 static int invalidate_frames(waldio_log *pLog, int durable){
   u8 h[WAL_HDR_BYTES];
-  u32 sum[2], salt2, page = 0;
+  u32 sum[2], page = 0;
   size_t got = 0;
   int rc = dio_read(&pLog->file, h, sizeof(h), 0, &got);
   if( rc || got<sizeof(h) || !valid_header(h, &page) ) return rc;
-  sqlite3_randomness(sizeof(salt2), &salt2);
   wf_put32(h+12, wf_get32(h+12) + 1);
   wf_put32(h+16, wf_get32(h+16) + 1);
-  wf_put32(h+20, salt2);
   wf_checksum(wf_get32(h) & 1, h, 24, 0, sum);
   wf_put32(h+24, sum[0]);
   wf_put32(h+28, sum[1]);
