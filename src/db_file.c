@@ -5,10 +5,13 @@
 ** the lower VFS (ORIGFILE). The wrapper exists for what SQLite asks the
 ** *database* file about the WAL:
 **
-**   xDeviceCharacteristics  always reports POWERSAFE_OVERWRITE and never
-**                           SEQUENTIAL: SQLite then never pads frames to
-**                           sector boundaries (padding is computed in logical
-**                           offsets, meaningless in the physical layout).
+**   xDeviceCharacteristics  never reports SEQUENTIAL, and for the slotted
+**                           layouts always POWERSAFE_OVERWRITE: SQLite then
+**                           never pads frames to sector boundaries (padding
+**                           is computed in logical offsets, meaningless in
+**                           their physical layout). The standard layout
+**                           reports the device as it is: SQLite pads where
+**                           it would pad without waldio.
 **   SQLITE_FCNTL_PERSIST_WAL  answers "keep the WAL" so the preallocated
 **                           log survives close; answers "delete" while the
 **                           application leaves WAL mode, so that
@@ -282,7 +285,12 @@ static int dbSectorSize(sqlite3_file *f){
 }
 static int dbDeviceCharacteristics(sqlite3_file *f){
   int dc = ORIGFILE(f)->pMethods->xDeviceCharacteristics(ORIGFILE(f));
-  return (dc & ~SQLITE_IOCAP_SEQUENTIAL) | SQLITE_IOCAP_POWERSAFE_OVERWRITE;
+  dc &= ~SQLITE_IOCAP_SEQUENTIAL;
+  /* The standard layout keeps SQLite's offsets: where the device is not
+  ** power-safe (psow=0), SQLite pads each synced commit to the sector as it
+  ** does without waldio, so a commit never shares a sector with a synced
+  ** one (layout_standard.c T2 then rewrites only unsynced padding). */
+  return D(f)->nativeShm ? dc : (dc | SQLITE_IOCAP_POWERSAFE_OVERWRITE);
 }
 
 /* PRAGMA synchronous values as sqlite3GetSafetyLevel reads them. */
