@@ -197,8 +197,8 @@ db close
 """
 
 # variant -> (default VFS, the "layout" the log reports ("" for stock),
-# reserved bytes of a new database ("" for waldio: its own business, see
-# vfs.c reserve_for_embedding), PERSIST_WAL as a connection reads it)
+# reserved bytes of a new database ("" where it is not checked), PERSIST_WAL
+# as a connection reads it)
 _PROBE_EXPECT = {
     "stock": ("unix", "", "00", "0 0"), "stock-p4096": ("unix", "", "00", "0 0"),
     "stock-user": ("unix", "", "00", "0 0"),
@@ -208,12 +208,14 @@ _PROBE_EXPECT = {
     "stock-persist-wal": ("unix", "", "00", "0 1"),
     "stock-persist-wal-p4096": ("unix", "", "00", "0 1"),
     "stock-persist-wal-user": ("unix", "", "00", "0 1"),
-    "default": ("waldio", "pad4k", "", "0 1"),    # 1024-byte pages: auto pads
-    "default-user": ("waldio", "pad4k", "", "0 1"),
+    # waldio's default (auto) gives a new log the standard layout, whatever
+    # the page size, and a new database no reserved bytes
+    "default": ("waldio", "standard", "00", "0 1"),
+    "default-user": ("waldio", "standard", "00", "0 1"),
+    "default-p4096": ("waldio", "standard", "00", "0 1"),
     "pad4k": ("waldio", "pad4k", "", "0 1"),
     "pad8k": ("waldio", "pad8k", "", "0 1"),
-    "default-p4096": ("waldio", "embed", "", "0 1"),
-    "embed": ("waldio", "embed", "", "0 1"),
+    "embed": ("waldio", "embed", "18", "0 1"),
 }
 
 

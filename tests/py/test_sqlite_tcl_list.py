@@ -71,9 +71,9 @@ WRONG = {
     # wal2-7.1.3 is listed with SQLITE_CORRUPT's message.
     "a different error code":
         ("wal2.test", "default", "wal2-7.1.3", "Error: disk I/O error"),
-    # A pager1 case that passes today, failing with an I/O error.
+    # A wal case that passes today, failing with an I/O error.
     "a case that passes today":
-        ("pager1.test", "default", "pager1-3.1.2", "Error: disk I/O error"),
+        ("wal.test", "default", "wal-1.1", "Error: disk I/O error"),
 }
 
 
@@ -99,7 +99,7 @@ def test_the_listed_value_itself_is_excused(kind: str) -> None:
 
 
 def test_a_listed_case_that_fails_twice_needs_both_lines() -> None:
-    file, variant, case = "wal5.test", "default", "wal5-capi-4.1.3"
+    file, variant, case = "wal5.test", "pad4k", "wal5-capi-4.1.3"
     once = as_listed(file, variant, case)
     assert not judged(result(file, variant, once + once)).ok
 

@@ -14,8 +14,8 @@ A listed case is proved when:
              test.db-wal-shm in the script, or then passes with stock's -wal
              sizes too (it falls into wal-size), or then prints what
              stock-persist-wal or stock-reserve print (wal-kept, reserve).
-A variant that renames test.db-shm itself (default-user) is compared with
-its references after the rename is undone in what it printed.
+A variant that renames test.db-shm itself (Variant.shm_subst) is compared
+with its references after the rename is undone in what it printed.
 
   tests/sqlite-tcl/prove.py                    # every proved group, make test's variants
   tests/sqlite-tcl/prove.py --groups wal-size --files wal5.test --show all
@@ -41,9 +41,9 @@ from tclsuite import TIMEOUT, RunOptions, Task  # noqa: E402
 
 PROVED_GROUPS = ["reserve", "wal-kept", "shm-name", "wal-size"]
 REFERENCE = {"reserve": "stock-reserve", "wal-kept": "stock-persist-wal"}
-# Variants whose new databases get 24 reserved bytes (waldio's auto and
-# embed layouts, vfs.c reserve_for_embedding).
-RESERVING = {"default", "default-p4096", "embed", "default-user"}
+# Variants whose new databases get 24 reserved bytes (the embed layout,
+# vfs.c; the default, the standard layout, reserves nothing).
+RESERVING = {"embed"}
 
 
 @dataclass
