@@ -53,6 +53,7 @@
 #define GROW_MIN   (256LL << 10)
 #define RA_MISSES  8
 #define RA_MAX     (32LL << 20)
+#define FOREIGN_RECENT 64     /* log_others_write: within this many writes */
 
 i64 log_round_up(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
 
@@ -117,6 +118,15 @@ static void drop_cache(waldio_log *pLog){
   pLog->lastBlockOff = -1;
 }
 
+int log_others_write(waldio_log *pLog){
+  int recent;
+  pthread_mutex_lock(&pLog->mutex);
+  recent = pLog->foreignWrites!=0
+        && pLog->stats.log_writes + 1 - pLog->foreignWrites < FOREIGN_RECENT;
+  pthread_mutex_unlock(&pLog->mutex);
+  return recent;
+}
+
 int log_last_block_get(waldio_log *pLog, i64 off, u8 *out){
   int have;
   pthread_mutex_lock(&pLog->mutex);
@@ -163,6 +173,7 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   }
   if( !epoch_matches(pLog, shm0) ){
     drop_cache(pLog);
+    pLog->foreignWrites = pLog->stats.log_writes + 1;
     /* Another process restarted the log: it may have shrunk the file and
     ** extended it again through the page cache (L1). */
     if( new_generation(pLog, shm0) ) pLog->durableEnd = 0;

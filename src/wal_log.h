@@ -163,6 +163,8 @@ struct waldio_log {
   int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
+  u64 foreignWrites;       /* stats.log_writes + 1 when another process's
+                           ** publication was last seen; 0: never */
   u8 *aLastBlock;          /* the last block a direct write of this */
   i64 lastBlockOff;        /*   process covered, as written; -1: none
                            **   (layout_standard.c T2) */
@@ -267,6 +269,9 @@ int log_write_bytes(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
 ** or 0 if it has none that is still trusted (L3); put: remember it (off
 ** -1 forgets). */
 int log_last_block_get(waldio_log *pLog, i64 off, u8 *out);
+/* Non-zero if another process published commits within this process's
+** last few writes: the next write is likely another process's too. */
+int log_others_write(waldio_log *pLog);
 void log_last_block_put(waldio_log *pLog, i64 off, const u8 *img);
 
 /* SQLite wrote its 32-byte WAL header: a new generation begins. */
