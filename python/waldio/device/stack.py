@@ -1,0 +1,224 @@
+"""The emulated device under a file system: the model process, its loop device, its overhead.
+
+Owns: starting devmodel/device_model over an image file (:class:`EmulatedDevice`),
+the loop device's settings that belong to the device (``--direct-io=on``, so that
+the loop device keeps several requests in flight and a UFS profile's queue is
+used; ``max_sectors_kb`` from the profile), measuring this machine's own
+per-request overhead on the raw loop device with the model at zero cost (the
+back-dating the model then applies, device_model.c), and reading the model's
+accounting (the ``ctl`` file).
+
+:class:`EmulatedDevice` is what :func:`waldio.fs.loop_filesystem` takes as
+``image_device``: the file system module makes the image, the loop device, mkfs
+and the mount as for any loop file system, and asks this class for the file the
+loop device is attached to (:meth:`EmulatedDevice.start`) and to finish the loop
+device (:meth:`EmulatedDevice.attached`). Every resource started here is released
+through the release callback it was given, also when a later step fails.
+
+Invariants: the model runs with the profile's parameters from start to end; only
+the back-dating changes (once, after the probe) and the accounting is reset after
+mkfs, so the accounting a run reads covers that run's file system only.
+"""
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import shutil
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+from waldio import library
+from waldio.fs.commands import CommandError, run_command
+
+from .profile import Profile
+
+Release = Callable[[str, Callable[[], None]], None]
+
+PROBE_REQUESTS = 2000      # 4 KiB direct writes per probe round
+PROBE_ROUNDS = 5
+
+
+class DeviceError(RuntimeError):
+    """The model could not be started, probed or read."""
+
+
+def model_binary() -> Optional[Path]:
+    """build/devmodel/device_model ($WALDIO_DEVICE_MODEL), or None."""
+    env = os.environ.get("WALDIO_DEVICE_MODEL")
+    root = library.checkout_root()
+    p = Path(env) if env else (root / "build" / "devmodel" / "device_model" if root else None)
+    return p if p is not None and p.is_file() and os.access(p, os.X_OK) else None
+
+
+def unavailable_reason() -> Optional[str]:
+    """Why an emulated device cannot be made here, or None."""
+    if not os.path.exists("/dev/fuse"):
+        return "/dev/fuse is missing (no FUSE in this kernel or container)"
+    if os.geteuid() != 0:
+        return "needs root (FUSE mount of the model, losetup, mount)"
+    if not os.access("/dev/fuse", os.R_OK | os.W_OK):
+        return "/dev/fuse is not readable and writable"
+    if shutil.which("fusermount3") is None:
+        return "fusermount3 is missing (Debian package fuse3)"
+    if model_binary() is None:
+        return ("build/devmodel/device_model is not built (libfuse3 not found by CMake: Debian "
+                "libfuse3-dev)")
+    return None
+
+
+class EmulatedDevice:
+    """One device model process serving one image (see the module docstring)."""
+
+    def __init__(self, profile: Profile, probe: bool = True) -> None:
+        self.profile = profile
+        self.probe = probe
+        self.mountpoint = ""
+        self.loop_device = ""
+        self.overhead: Dict[str, Any] = {}
+        self._proc: Optional[subprocess.Popen] = None
+        self._errlog = ""
+
+    # ---- waldio.fs.loop_filesystem's side
+    def start(self, image: str, workdir: str, release: Release) -> str:
+        """Mount the model over ``image`` with its costs off; the file to attach the loop
+        device to."""
+        reason = unavailable_reason()
+        if reason:
+            raise DeviceError(f"cannot emulate {self.profile.name} here: {reason}")
+        self.mountpoint = os.path.join(workdir, "device")
+        os.mkdir(self.mountpoint)
+        release(f"stop the device model at {self.mountpoint}", self._stop)
+        self._start_process(image)
+        self.command("costs off")
+        return os.path.join(self.mountpoint, "disk")
+
+    def loop_args(self) -> List[str]:
+        """Extra losetup arguments: direct I/O, so requests overlap as the queue allows."""
+        return ["--direct-io=on"]
+
+    def attached(self, device: str) -> None:
+        """The loop device is attached: cap its requests, and measure this machine's stack."""
+        self.loop_device = device
+        with open(f"/sys/block/{os.path.basename(device)}/queue/max_sectors_kb", "w") as f:
+            f.write(f"{int(self.profile.device['max_request_kib'])}\n")
+        if self.probe:
+            self.overhead = probe_overhead(device)
+
+    def mounted(self) -> None:
+        """The file system is made and mounted (with the costs off: mkfs is setup, not the
+        device under test): from here on requests cost what the profile says, arrivals are
+        back-dated by the overhead measured, and the accounting starts."""
+        if self.overhead:
+            self.command(f"overhead_us {self.overhead['overhead_us']:.3f}")
+        self.command("costs on")
+        self.command("reset")
+
+    # ---- the model's control file
+    @property
+    def ctl_path(self) -> str:
+        return os.path.join(self.mountpoint, "ctl")
+
+    def stats(self) -> Dict[str, Any]:
+        """The model's parameters and accounting since the last reset."""
+        with open(self.ctl_path, encoding="ascii") as f:
+            return json.loads(f.read())
+
+    def command(self, text: str) -> None:
+        fd = os.open(self.ctl_path, os.O_WRONLY)
+        try:
+            os.write(fd, text.encode("ascii") + b"\n")
+        except OSError as e:
+            raise DeviceError(f"device model refused {text!r}: {e.strerror}") from e
+        finally:
+            os.close(fd)
+
+    def describe(self) -> Dict[str, Any]:
+        """What a result records: the profile, the model's parameters, the overhead probe."""
+        return {"profile": self.profile.to_json(), "model": str(model_binary()),
+                "loop_device": self.loop_device, "loop_direct_io": True,
+                "overhead_probe": self.overhead or None,
+                "back_dating_us": self.overhead.get("overhead_us", 0.0) if self.overhead else 0.0}
+
+    # ---- the process
+    def _start_process(self, image: str) -> None:
+        binary = model_binary()
+        assert binary is not None
+        self._errlog = os.path.join(os.path.dirname(self.mountpoint), "device_model.stderr")
+        with open(self._errlog, "a") as err:
+            self._proc = subprocess.Popen(
+                [str(binary), image, self.mountpoint, *self.profile.model_args()],
+                stdout=err, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.ctl_path):
+            if self._proc.poll() is not None:
+                raise DeviceError(f"device_model exited {self._proc.returncode}: "
+                                  f"{Path(self._errlog).read_text()[-800:]}")
+            if time.monotonic() > deadline:
+                raise DeviceError(f"device_model did not mount {self.mountpoint} within 10 s")
+            time.sleep(0.01)
+
+    def _stop(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            if os.path.ismount(self.mountpoint):
+                _unmount_fuse(self.mountpoint)
+        finally:
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+
+def _unmount_fuse(mountpoint: str, tries: int = 200) -> None:
+    """fusermount3 -u, retried while busy (the loop device not yet released), up to 10 s."""
+    for attempt in range(tries):
+        proc = run_command(["fusermount3", "-u", mountpoint], check=False)
+        if proc.returncode == 0 or not os.path.ismount(mountpoint):
+            return
+        if attempt == tries - 1:
+            raise CommandError(["fusermount3", "-u", mountpoint], proc.returncode, proc.stdout,
+                               proc.stderr)
+        time.sleep(0.05)
+
+
+def probe_overhead(device: str) -> Dict[str, Any]:
+    """This machine's own time per request, the model's costs off: 4 KiB direct writes to
+    the raw loop device, and the same each followed by a flush (fdatasync of the device);
+    PROBE_ROUNDS rounds of PROBE_REQUESTS. The back-dating is the median round's time
+    per write."""
+    fd = os.open(device, os.O_RDWR | os.O_DIRECT)
+    buf = mmap.mmap(-1, 4096)
+    try:
+        write_us: List[float] = []
+        flush_us: List[float] = []
+        for _ in range(PROBE_ROUNDS):
+            t0 = time.perf_counter()
+            for i in range(PROBE_REQUESTS):
+                os.pwrite(fd, buf, i * 4096)
+            t1 = time.perf_counter()
+            for i in range(PROBE_REQUESTS // 4):
+                os.pwrite(fd, buf, i * 4096)
+                os.fdatasync(fd)
+            t2 = time.perf_counter()
+            w = (t1 - t0) / PROBE_REQUESTS * 1e6
+            write_us.append(w)
+            flush_us.append((t2 - t1) / (PROBE_REQUESTS // 4) * 1e6 - w)
+    finally:
+        buf.close()
+        os.close(fd)
+    return {"overhead_us": round(statistics.median(write_us), 3),
+            "write_4k_us": {"median": round(statistics.median(write_us), 3),
+                            "min": round(min(write_us), 3), "max": round(max(write_us), 3)},
+            "flush_us": {"median": round(statistics.median(flush_us), 3),
+                         "min": round(min(flush_us), 3), "max": round(max(flush_us), 3)},
+            "rounds": PROBE_ROUNDS, "requests_per_round": PROBE_REQUESTS,
+            "method": "4 KiB O_DIRECT pwrite to the raw loop device, model costs off; flush = "
+                      "pwrite + fdatasync minus the write; back-dating = median round's us per "
+                      "write"}
