@@ -56,7 +56,7 @@ WHOLE = ("queue_depth", "unit_bytes", "max_request_kib")
 MODEL_PARAMETERS = tuple(p for p in PARAMETERS if p != "max_request_kib")
 
 # What a calibration target runs (python/waldio/device/calibrate.py).
-WORKLOADS = ("dio-seq-write", "write-fsync")
+WORKLOADS = ("dio-seq-write", "dio-rand-write", "dio-rand-read", "write-fsync")
 UNITS = ("MB/s", "IOPS")
 
 
