@@ -38,7 +38,9 @@
 **           unit: the small-request penalty)
 **   flush = a barrier: it starts when every slot and the medium are idle,
 **           costs flush_us + flush_us_per_kib * (KiB written since the last
-**           flush) when something was written, flush_empty_us otherwise,
+**           flush, at most cache_kib: what did not fit in the device's cache
+**           was programmed as it came, at the write rate) when something was
+**           written, flush_empty_us otherwise,
 **           and holds every slot and the medium until it is done. It covers
 **           every write accounted before it (the kernel sends a flush only
 **           after the writes it must cover have completed).
@@ -122,6 +124,7 @@ typedef struct dm_params {
   double write_us, write_mbps;
   double unit_bytes, rmw_us;
   double flush_us, flush_us_per_kib, flush_empty_us;
+  double cache_kib;
   double discard_us;
   double reliable_write_us;
 } dm_params;
@@ -133,6 +136,7 @@ static const struct { const char *name; size_t off; double lo, hi; } PARAMS[] = 
   P(write_us, 0, 1e6), P(write_mbps, 0.001, 1e6),
   P(unit_bytes, 512, 1 << 20), P(rmw_us, 0, 1e6),
   P(flush_us, 0, 1e7), P(flush_us_per_kib, 0, 1e6), P(flush_empty_us, 0, 1e7),
+  P(cache_kib, 0, 1 << 24),
   P(discard_us, 0, 1e7),
   P(reliable_write_us, 0, 1e7),
 #undef P
@@ -208,7 +212,9 @@ static uint64_t model_request(dm_device *d, int kind, uint64_t off, uint64_t len
       cost = us_ns(d->p.reliable_write_us);
       d->st.reliable_writes++;
     }else if( d->dirty_bytes > 0 ){
-      cost = us_ns(d->p.flush_us + d->p.flush_us_per_kib * (double)d->dirty_bytes / 1024.0);
+      double kib = (double)d->dirty_bytes / 1024.0;
+      if( kib > d->p.cache_kib ) kib = d->p.cache_kib;
+      cost = us_ns(d->p.flush_us + d->p.flush_us_per_kib * kib);
     }else{
       cost = us_ns(d->p.flush_empty_us);
     }

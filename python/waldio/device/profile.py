@@ -45,6 +45,8 @@ PARAMETERS: Dict[str, Tuple[str, float, float]] = {
     "flush_us": ("us per cache flush that has something to write", 0, 1e7),
     "flush_us_per_kib": ("us per KiB written since the last flush, added to flush_us", 0, 1e6),
     "flush_empty_us": ("us per cache flush with nothing written since the last", 0, 1e7),
+    "cache_kib": ("KiB of the device's write cache: a flush pays flush_us_per_kib for at most "
+                  "this much", 0, 1 << 24),
     "discard_us": ("us per discard request", 0, 1e7),
     "reliable_write_us": ("us of a flush right after exactly one write (what the loop device "
                           "makes of a FUA write), instead of the flush formula; 0: off", 0, 1e7),
