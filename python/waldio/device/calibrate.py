@@ -15,7 +15,8 @@ source's figure:
 Every target runs ``rounds`` times with the profile's costs and, interleaved, with the
 model's costs off (``costs off``: this machine's own stack, the model's overhead,
 shown next to the figure). Each run also records the model's accounting (requests,
-flushes, charged device time, answers later than modelled). A target is within
+flushes, charged device time, answers later than modelled) and how busy the machine's
+CPUs were (every process's share, from /proc/stat). A target is within
 tolerance when the median of its rounds is within ``tolerance`` of the source's
 figure; a target without a source figure is measured and shown, not judged. Beside
 each run's rate (work / wall time, the figure judged) the rate at the median request is
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
 from waldio import fs as fsimage
+from waldio.bench.iostat import cpu_busy_share, read_cpu_ticks
 
 from .profile import Profile, Target
 from .stack import EmulatedDevice
@@ -205,11 +207,14 @@ def run(profile: Profile, opts: Options, progress: Callable[[str], None] = lambd
                 for costs in ("on", "off"):
                     dev.command(f"costs {costs}")
                     dev.command("reset")
+                    cpu0 = read_cpu_ticks()
                     rate = run_round(rnd)
                     if costs == "on":
                         emulated.append(rate.overall)
                         at_median.append(rate.at_median)
-                        acct.append(_accounting(dev.stats()))
+                        busy = cpu_busy_share(cpu0, read_cpu_ticks())
+                        acct.append(dict(_accounting(dev.stats()), machine_busy=None if busy is None
+                                         else round(busy, 3)))
                     else:
                         own.append(rate.overall)
                 progress(f"{target.figure}: round {rnd + 1}/{opts.rounds}: "

@@ -143,6 +143,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
           f"(rounds {probe['around_fixed_cost_us']['min']:.1f}-"
           f"{probe['around_fixed_cost_us']['max']:.1f}), back-dated; round trip with the costs "
           f"off: {probe['costs_off_round_trip_us']['median']:.1f} us")
+    busy = [a["machine_busy"] for t in doc["targets"] for a in t["model_accounting"]
+            if a.get("machine_busy") is not None]
+    if busy:
+        print(f"the machine's CPUs (every process) were {min(busy):.0%}-{max(busy):.0%} busy "
+              f"during the runs with the costs on")
     cols = ["figure", "source", "emulated median (min-max)", "at median request", "costs off",
             "ratio", "within"]
     rows = calibration_rows(doc)
