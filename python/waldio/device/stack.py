@@ -4,20 +4,21 @@ Owns: starting devmodel/device_model over an image file (:class:`EmulatedDevice`
 the loop device's settings that belong to the device (``--direct-io=on``, so that
 the loop device keeps several requests in flight and a UFS profile's queue is
 used; ``max_sectors_kb`` from the profile), measuring this machine's own
-per-request overhead on the raw loop device with the model at zero cost (the
+per-request overhead on the raw loop device (:func:`probe_overhead`: the
 back-dating the model then applies, device_model.c), and reading the model's
 accounting (the ``ctl`` file).
 
 :class:`EmulatedDevice` is what :func:`waldio.fs.loop_filesystem` takes as
 ``image_device``: the file system module makes the image, the loop device, mkfs
-and the mount as for any loop file system, and asks this class for the file the
-loop device is attached to (:meth:`EmulatedDevice.start`) and to finish the loop
-device (:meth:`EmulatedDevice.attached`). Every resource started here is released
-through the release callback it was given, also when a later step fails.
+and the mount as for any loop file system, and calls this class at each step
+(:meth:`~EmulatedDevice.start`, :meth:`~EmulatedDevice.attached`,
+:meth:`~EmulatedDevice.mounted`). Every resource started here is released through
+the release callback it was given, also when a later step fails.
 
-Invariants: the model runs with the profile's parameters from start to end; only
-the back-dating changes (once, after the probe) and the accounting is reset after
-mkfs, so the accounting a run reads covers that run's file system only.
+Invariants: the model runs with the profile's parameters from start to end. Its
+costs are off until the file system is mounted (mkfs is setup, not the device under
+test; the probe sets its own fixed cost), then on, with the back-dating measured and
+the accounting reset, so the accounting a run reads covers that run only.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from waldio import library
-from waldio.fs.commands import CommandError, run_command
+from waldio.fs import unmount
 
 from .profile import Profile
 
@@ -129,6 +130,7 @@ class EmulatedDevice:
             return json.loads(f.read())
 
     def command(self, text: str) -> None:
+        """One control line (device_model.c: reset, costs on|off|fixed US, overhead_us US)."""
         fd = os.open(self.ctl_path, os.O_WRONLY)
         try:
             os.write(fd, text.encode("ascii") + b"\n")
@@ -167,7 +169,7 @@ class EmulatedDevice:
             return
         try:
             if os.path.ismount(self.mountpoint):
-                _unmount_fuse(self.mountpoint)
+                unmount(self.mountpoint)
         finally:
             try:
                 self._proc.wait(timeout=10)
@@ -175,18 +177,6 @@ class EmulatedDevice:
                 self._proc.kill()
                 self._proc.wait()
             self._proc = None
-
-
-def _unmount_fuse(mountpoint: str, tries: int = 200) -> None:
-    """fusermount3 -u, retried while busy (the loop device not yet released), up to 10 s."""
-    for attempt in range(tries):
-        proc = run_command(["fusermount3", "-u", mountpoint], check=False)
-        if proc.returncode == 0 or not os.path.ismount(mountpoint):
-            return
-        if attempt == tries - 1:
-            raise CommandError(["fusermount3", "-u", mountpoint], proc.returncode, proc.stdout,
-                               proc.stderr)
-        time.sleep(0.05)
 
 
 def probe_overhead(device: str, model: "EmulatedDevice") -> Dict[str, Any]:

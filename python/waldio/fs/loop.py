@@ -418,8 +418,9 @@ def _mount(device: str, mountpoint: str, fstype: str, options: Sequence[str]) ->
     run_command(argv + [device, mountpoint])
 
 
-def _unmount(mountpoint: str, attempts: int = 25) -> None:
-    """Unmount, retrying while busy; as a last resort detach lazily and raise."""
+def unmount(mountpoint: str, attempts: int = 25) -> None:
+    """Unmount (any file system, FUSE too), retrying while busy; as a last resort detach
+    lazily and raise."""
     last = ""
     for attempt in range(attempts):
         if not _is_mounted(mountpoint):
@@ -493,7 +494,7 @@ def _setup(
         options.append(f"journal_path={journal_device}")
     # Release steps are registered before the action, so an interrupt that
     # lands between the action and the registration cannot leak it.
-    stack.push(f"unmount {mountpoint}", lambda: _unmount(mountpoint))
+    stack.push(f"unmount {mountpoint}", lambda: unmount(mountpoint))
     _mount(device, mountpoint, _fs_type(kind), options)
     if image_device:
         image_device.mounted()
@@ -631,7 +632,7 @@ def release_leftovers(include_live: bool = False, workdir: Optional[str] = None)
     done = Leftovers()
     for mnt in sorted(filter(dead, found.mounts), key=len, reverse=True):
         with contextlib.suppress(CleanupError, CommandError):
-            _unmount(mnt)
+            unmount(mnt)
             done.mounts.append(mnt)
     for dev in found.loop_devices:
         backing = (_loop_backing_file(dev) or "").removesuffix(" (deleted)")
@@ -663,5 +664,6 @@ __all__ = [
     "loop_filesystem",
     "release_leftovers",
     "run_command",
+    "unmount",
     "unavailable_reason",
 ]
