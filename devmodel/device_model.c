@@ -24,7 +24,8 @@
 **   ctl   reading it returns one JSON object (padded with spaces to
 **         CTL_BYTES): the parameters and the model's own accounting since the
 **         last reset (below). Writing "reset" zeroes the accounting;
-**         "overhead_us X" sets the back-dating of arrivals (below); "costs
+**         "overhead_us A [B]" sets the back-dating of arrivals to A us per
+**         request and B us per KiB it carries (below); "costs
 **         off" makes every request cost nothing until "costs on" (to measure
 **         this machine's own stack with the same process).
 **
@@ -64,10 +65,11 @@
 ** free times) and its completion; the data is then copied to or from the
 ** image and the worker thread sleeps until the completion time (absolute
 ** clock_nanosleep, timer slack 1 ns), then answers. Arrivals are back-dated
-** by overhead_us: the time this machine's own stack (system call, file
-** system, block layer, loop device, FUSE) takes around a request, measured by
-** the caller with a zero-cost profile, so that an application sees the
-** profile's cost rather than the profile's cost plus this machine's.
+** by the time this machine's own stack (system call, file system, block
+** layer, loop device, FUSE, copying the data) takes around a request,
+** measured by the caller (python/waldio/device/stack.py), so that an
+** application sees the profile's cost rather than the profile's cost plus
+** this machine's.
 **
 ** ACCOUNTING (ctl): requests and bytes by kind, the bytes each flush covered,
 ** charged_us (the sum of the service times the model computed: what the
@@ -166,7 +168,8 @@ typedef struct dm_device {
   uint64_t image_size;
   dm_params p;
   pthread_mutex_t lock;
-  int64_t overhead_ns;            /* back-dating of arrivals */
+  int64_t overhead_ns;            /* back-dating of arrivals: per request */
+  double overhead_ns_per_kib;     /* ... and per KiB it carries */
   int costs_off;                  /* "costs off": every request costs 0 */
   uint64_t fixed_ns;              /* "costs fixed X": every request costs X us, no queue */
   uint64_t slot_free[MAX_QUEUE];  /* when each command slot is free (ns) */
@@ -264,8 +267,9 @@ static uint64_t begin_request(int kind, uint64_t off, uint64_t len){
   dm_device *d = &g_dev;
   uint64_t t = now_ns();
   pthread_mutex_lock(&d->lock);
-  uint64_t arrive = d->overhead_ns > 0 && t > (uint64_t)d->overhead_ns
-                  ? t - (uint64_t)d->overhead_ns : t;
+  uint64_t back = (uint64_t)d->overhead_ns
+                + (uint64_t)llround(d->overhead_ns_per_kib * (double)len / 1024.0);
+  uint64_t arrive = t > back ? t - back : t;
   uint64_t done = model_request(d, kind, off, len, arrive);
   d->inflight++;
   if( d->inflight > d->st.max_inflight ) d->st.max_inflight = d->inflight;
@@ -337,8 +341,9 @@ static int ctl_text(char *buf, size_t cap){
             *(const double *)((const char *)&d->p + PARAMS[i].off));
   }
   appendf(buf, cap, &n, "}, \"overhead_us\": %.3f, \"costs\": \"%s\", \"image_bytes\": %" PRIu64
-          ", \"requests\": {", (double)d->overhead_ns / 1000.0,
-          d->costs_off ? "off" : d->fixed_ns ? "fixed" : "on", d->image_size);
+          ", \"overhead_us_per_kib\": %.4f, \"requests\": {", (double)d->overhead_ns / 1000.0,
+          d->costs_off ? "off" : d->fixed_ns ? "fixed" : "on", d->image_size,
+          d->overhead_ns_per_kib / 1000.0);
   for(int k = 0; k < N_KINDS; k++){
     appendf(buf, cap, &n, "%s\"%s\": %" PRIu64, k ? ", " : "", KIND_NAMES[k], d->st.requests[k]);
   }
@@ -394,11 +399,14 @@ static int ctl_command(const char *buf, size_t size){
     pthread_mutex_unlock(&d->lock);
     return 0;
   }
-  if( strncmp(line, "overhead_us ", 12) == 0 ){
+  if( strncmp(line, "overhead_us ", 12) == 0 ){       /* "overhead_us A [B per KiB]" */
     us = strtod(line + 12, &end);
-    if( *end || !(us >= 0 && us < 1e6) ) return -EINVAL;
+    double per_kib = 0;
+    if( *end == ' ' ) per_kib = strtod(end + 1, &end);
+    if( *end || !(us >= 0 && us < 1e6) || !(per_kib >= 0 && per_kib < 1e4) ) return -EINVAL;
     pthread_mutex_lock(&d->lock);
     d->overhead_ns = (int64_t)llround(us * 1000.0);
+    d->overhead_ns_per_kib = per_kib * 1000.0;
     pthread_mutex_unlock(&d->lock);
     return 0;
   }

@@ -230,14 +230,18 @@ def test_a_flush_after_one_write_is_a_reliable_write(model: Mounted) -> None:
     assert st["reliable_writes"] == 1 and st["flushes_dirty"] == 2
 
 
-def test_costs_off_charges_nothing_and_ctl_refuses_nonsense(model: Mounted) -> None:
+def test_costs_off_charges_nothing_and_ctl_checks_its_commands(model: Mounted) -> None:
     model.dev.command("costs off")
     model.write(0, 512)
     model.flush()
     st = model.stats()
     assert st["costs"] == "off" and st["charged_us"] == 0 and st["requests"]["write"] == 1
-    with pytest.raises(D.DeviceError, match="refused 'overhead_us -3'"):
-        model.dev.command("overhead_us -3")
+    model.dev.command("overhead_us 12.5 0.25")
+    st = model.stats()
+    assert st["overhead_us"] == 12.5 and st["overhead_us_per_kib"] == 0.25
+    for bad in ("overhead_us -3", "overhead_us 1 -1", "overhead_us 1 2 3", "costs sideways"):
+        with pytest.raises(D.DeviceError, match="refused"):
+            model.dev.command(bad)
 
 
 # ---------------------------------------------------------- bench --device

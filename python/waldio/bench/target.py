@@ -130,8 +130,9 @@ def open_target(fs_kind: Optional[str], directory: Optional[str], size_mib: Opti
                 if emulated:
                     info["device"] = emulated.describe()
                 on = (f" over an emulated {emulated.profile.name} device ({emulated.profile.summary}"
-                      f"; back-dated by {emulated.overhead['overhead_us']:.0f} us, this machine's "
-                      f"own overhead per request)" if emulated else "")
+                      f"; requests back-dated by {emulated.overhead['overhead_us']:.0f} us + "
+                      f"{emulated.overhead['overhead_us_per_kib']:.2f} us/KiB, this machine's own "
+                      f"overhead)" if emulated else "")
                 note = (f"target: a fresh {kind} file system on {lfs.device}{on} "
                         f"({lfs.size_mib} MiB sparse image {lfs.image_path}), mounted "
                         f"{lfs.mount_options}, created for this run and removed afterwards; "

@@ -138,11 +138,13 @@ def run_calibrate(args: argparse.Namespace) -> int:
     probe = doc["device"]["overhead_probe"]
     print(f"{pr.name} on ext4 over the emulated device; {args.rounds} runs of {args.seconds:g} s "
           f"per figure, costs on and off interleaved; tolerance {doc['tolerance']:.0%}")
-    print(f"this machine's own overhead per request (model at a fixed "
-          f"{probe['fixed_cost_us']} us): median {probe['around_fixed_cost_us']['median']:.1f} us "
-          f"(rounds {probe['around_fixed_cost_us']['min']:.1f}-"
-          f"{probe['around_fixed_cost_us']['max']:.1f}), back-dated; round trip with the costs "
-          f"off: {probe['costs_off_round_trip_us']['median']:.1f} us")
+    big = probe[f"around_fixed_cost_{probe['big_kib']}k_us"]
+    print(f"this machine's own overhead around a request (the model charging a fixed "
+          f"{probe['fixed_cost_us']} us): 4 KiB median {probe['around_fixed_cost_us']['median']:.1f} "
+          f"us (rounds {probe['around_fixed_cost_us']['min']:.1f}-"
+          f"{probe['around_fixed_cost_us']['max']:.1f}), {probe['big_kib']} KiB {big['median']:.1f} "
+          f"us; back-dated {probe['overhead_us']:.1f} us + {probe['overhead_us_per_kib']:.3f} us/KiB;"
+          f" 4 KiB round trip with the costs off: {probe['costs_off_round_trip_us']['median']:.1f} us")
     busy = [a["machine_busy"] for t in doc["targets"] for a in t["model_accounting"]
             if a.get("machine_busy") is not None]
     if busy:

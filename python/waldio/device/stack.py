@@ -4,8 +4,8 @@ Owns: starting devmodel/device_model over an image file (:class:`EmulatedDevice`
 the loop device's settings that belong to the device (``--direct-io=on``, so that
 the loop device keeps several requests in flight and a UFS profile's queue is
 used; ``max_sectors_kb`` from the profile), measuring this machine's own
-per-request overhead on the raw loop device (:func:`probe_overhead`: the
-back-dating the model then applies, device_model.c), and reading the model's
+overhead on the raw loop device, per request and per KiB (:func:`probe_overhead`:
+the back-dating the model then applies, device_model.c), and reading the model's
 accounting (the ``ctl`` file).
 
 :class:`EmulatedDevice` is what :func:`waldio.fs.loop_filesystem` takes as
@@ -108,14 +108,16 @@ class EmulatedDevice:
         with open(f"/sys/block/{os.path.basename(device)}/queue/max_sectors_kb", "w") as f:
             f.write(f"{int(self.profile.device['max_request_kib'])}\n")
         if self.probe:
-            self.overhead = probe_overhead(device, self)
+            self.overhead = probe_overhead(device, self,
+                                           min(512, int(self.profile.device["max_request_kib"])))
 
     def mounted(self) -> None:
         """The file system is made and mounted (with the costs off: mkfs is setup, not the
         device under test): from here on requests cost what the profile says, arrivals are
         back-dated by the overhead measured, and the accounting starts."""
         if self.overhead:
-            self.command(f"overhead_us {self.overhead['overhead_us']:.3f}")
+            self.command(f"overhead_us {self.overhead['overhead_us']:.3f} "
+                         f"{self.overhead['overhead_us_per_kib']:.4f}")
         self.command("costs on")
         self.command("reset")
 
@@ -144,7 +146,9 @@ class EmulatedDevice:
         return {"profile": self.profile.to_json(), "model": str(model_binary()),
                 "loop_device": self.loop_device, "loop_direct_io": True,
                 "overhead_probe": self.overhead or None,
-                "back_dating_us": self.overhead.get("overhead_us", 0.0) if self.overhead else 0.0}
+                "back_dating_us": self.overhead.get("overhead_us", 0.0) if self.overhead else 0.0,
+                "back_dating_us_per_kib": (self.overhead.get("overhead_us_per_kib", 0.0)
+                                           if self.overhead else 0.0)}
 
     # ---- the process
     def _start_process(self, image: str) -> None:
@@ -179,45 +183,54 @@ class EmulatedDevice:
             self._proc = None
 
 
-def probe_overhead(device: str, model: "EmulatedDevice") -> Dict[str, Any]:
-    """This machine's own time around a request: 4 KiB direct writes to the raw loop
-    device, one at a time, while the model charges every request exactly PROBE_FIXED_US
-    (``costs fixed``): what the application waits beyond that is the stack's (system call,
-    block layer, loop device, FUSE, the wake-ups of a thread that slept). The back-dating
-    is the median over PROBE_ROUNDS rounds; the round trip with the costs off (a busy
-    stack that never sleeps) is recorded beside it. Each round's figure is the median
-    write of the round."""
+def probe_overhead(device: str, model: "EmulatedDevice", big_kib: int) -> Dict[str, Any]:
+    """This machine's own time around a request: direct writes to the raw loop device,
+    one at a time, while the model charges every request exactly PROBE_FIXED_US (``costs
+    fixed``): what the application waits beyond that is the stack's (system call, block
+    layer, loop device, FUSE, copying the data, the wake-up of a thread that slept).
+    Measured for 4 KiB writes and for writes of big_kib (the profile's largest request),
+    PROBE_ROUNDS rounds each, a round's figure being its median write; the back-dating is
+    the straight line through the two medians: so much per request and so much per KiB.
+    The round trip with the costs off (a busy stack that never sleeps) is recorded beside
+    it."""
     fd = os.open(device, os.O_RDWR | os.O_DIRECT)
-    buf = mmap.mmap(-1, 4096)
+    buf = mmap.mmap(-1, big_kib * 1024)
 
-    def per_write(n: int) -> float:
-        """The median time of n writes, in us (a median: a write held up by another
-        process's time slice is the machine's load, not the stack's own overhead)."""
+    def excess(kib: int, n: int) -> float:
+        """The median time of n writes of kib KiB, minus the model's charge, in us."""
+        mv = memoryview(buf)[:kib * 1024]
         times = []
         for i in range(n):
             t0 = time.perf_counter_ns()
-            os.pwrite(fd, buf, i * 4096)
+            os.pwrite(fd, mv, i * kib * 1024)
             times.append(time.perf_counter_ns() - t0)
-        return statistics.median(times) / 1e3
+        mv.release()
+        return statistics.median(times) / 1e3 - PROBE_FIXED_US
 
     try:
-        fixed: List[float] = []
+        small: List[float] = []
+        big: List[float] = []
         idle: List[float] = []
         for _ in range(PROBE_ROUNDS):
             model.command(f"costs fixed {PROBE_FIXED_US}")
-            fixed.append(per_write(PROBE_REQUESTS) - PROBE_FIXED_US)
+            small.append(excess(4, PROBE_REQUESTS))
+            big.append(excess(big_kib, PROBE_REQUESTS // 4))
             model.command("costs off")
-            idle.append(per_write(PROBE_REQUESTS))
+            idle.append(excess(4, PROBE_REQUESTS) + PROBE_FIXED_US)
     finally:
         buf.close()
         os.close(fd)
-    return {"overhead_us": round(max(0.0, statistics.median(fixed)), 3),
-            "around_fixed_cost_us": _spread(fixed), "costs_off_round_trip_us": _spread(idle),
-            "rounds": PROBE_ROUNDS, "requests_per_round": PROBE_REQUESTS,
-            "fixed_cost_us": PROBE_FIXED_US,
-            "method": f"4 KiB O_DIRECT pwrite to the raw loop device, one at a time; the model "
-                      f"charging {PROBE_FIXED_US} us per request: overhead = a round's median "
-                      f"write minus {PROBE_FIXED_US} us; back-dating = the median round's"}
+    per_kib = max(0.0, (statistics.median(big) - statistics.median(small)) / (big_kib - 4))
+    per_request = max(0.0, statistics.median(small) - 4 * per_kib)
+    return {"overhead_us": round(per_request, 3), "overhead_us_per_kib": round(per_kib, 4),
+            "around_fixed_cost_us": _spread(small), f"around_fixed_cost_{big_kib}k_us": _spread(big),
+            "costs_off_round_trip_us": _spread(idle), "rounds": PROBE_ROUNDS,
+            "requests_per_round": PROBE_REQUESTS, "big_requests_per_round": PROBE_REQUESTS // 4,
+            "big_kib": big_kib, "fixed_cost_us": PROBE_FIXED_US,
+            "method": f"O_DIRECT pwrite to the raw loop device, one at a time, 4 KiB and "
+                      f"{big_kib} KiB; the model charging {PROBE_FIXED_US} us per request: "
+                      f"overhead = a round's median write minus {PROBE_FIXED_US} us; back-dating "
+                      f"= the line through the median rounds' overheads at 4 and {big_kib} KiB"}
 
 
 def _spread(values: List[float]) -> Dict[str, float]:
