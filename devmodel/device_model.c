@@ -84,7 +84,7 @@
 # define _GNU_SOURCE
 #endif
 
-#include <fuse.h>
+#include "fuse_image.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,16 +103,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-
-#ifndef FALLOC_FL_KEEP_SIZE
-# define FALLOC_FL_KEEP_SIZE 0x01
-#endif
-#ifndef FALLOC_FL_PUNCH_HOLE
-# define FALLOC_FL_PUNCH_HOLE 0x02
-#endif
-#ifndef FALLOC_FL_ZERO_RANGE
-# define FALLOC_FL_ZERO_RANGE 0x10
-#endif
 
 #define MAX_QUEUE 256
 #define CTL_BYTES 4096
@@ -165,7 +155,6 @@ typedef struct dm_stats {
 ** below `lock` is read and written under it. */
 typedef struct dm_device {
   int image_fd;
-  uint64_t image_size;
   dm_params p;
   pthread_mutex_t lock;
   int64_t overhead_ns;            /* back-dating of arrivals: per request */
@@ -342,7 +331,7 @@ static int ctl_text(char *buf, size_t cap){
   }
   appendf(buf, cap, &n, "}, \"overhead_us\": %.3f, \"costs\": \"%s\", \"image_bytes\": %" PRIu64
           ", \"overhead_us_per_kib\": %.4f, \"requests\": {", (double)d->overhead_ns / 1000.0,
-          d->costs_off ? "off" : d->fixed_ns ? "fixed" : "on", d->image_size,
+          d->costs_off ? "off" : d->fixed_ns ? "fixed" : "on", fim_image_size,
           d->overhead_ns_per_kib / 1000.0);
   for(int k = 0; k < N_KINDS; k++){
     appendf(buf, cap, &n, "%s\"%s\": %" PRIu64, k ? ", " : "", KIND_NAMES[k], d->st.requests[k]);
@@ -413,102 +402,31 @@ static int ctl_command(const char *buf, size_t size){
   return -EINVAL;
 }
 
-/* ------------------------------------------------------------ the files */
-
-enum { F_NONE, F_ROOT, F_DISK, F_CTL };
-
-static int which(const char *path){
-  if( strcmp(path, "/") == 0 ) return F_ROOT;
-  if( strcmp(path, "/disk") == 0 ) return F_DISK;
-  if( strcmp(path, "/ctl") == 0 ) return F_CTL;
-  return F_NONE;
-}
+/* ------------------------------------------------------------ the files
+** (the file system itself: crash/fuse_image.h, shared with the recorder) */
 
 static void *dm_init(struct fuse_conn_info *conn, struct fuse_config *cfg){
-  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+  fim_configure(conn, cfg);
   if( conn->capable & FUSE_CAP_ASYNC_DIO ) conn->want |= FUSE_CAP_ASYNC_DIO;
-  conn->max_write = 1u << 20;          /* the kernel caps it (fuse max_pages) */
   conn->max_background = MAX_QUEUE;    /* the loop device's async requests */
   conn->congestion_threshold = MAX_QUEUE;
-  cfg->direct_io = 1;
-  cfg->kernel_cache = 0;
-  cfg->attr_timeout = 0;
-  cfg->entry_timeout = 0;
-  cfg->use_ino = 1;
   /* Each worker thread sleeps until its request's completion: no slack. */
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
   return NULL;
 }
 
-static int dm_getattr(const char *path, struct stat *st, struct fuse_file_info *fi){
-  (void)fi;
-  memset(st, 0, sizeof(*st));
-  switch( which(path) ){
-    case F_ROOT: st->st_mode = S_IFDIR | 0755; st->st_nlink = 2; st->st_ino = 1; return 0;
-    case F_DISK:
-      st->st_mode = S_IFREG | 0600; st->st_nlink = 1; st->st_ino = 2;
-      st->st_size = (off_t)g_dev.image_size;
-      st->st_blocks = (blkcnt_t)(g_dev.image_size / 512);
-      return 0;
-    case F_CTL:
-      st->st_mode = S_IFREG | 0600; st->st_nlink = 1; st->st_ino = 3;
-      st->st_size = CTL_BYTES;
-      return 0;
-  }
-  return -ENOENT;
-}
-
-static int dm_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
-                      struct fuse_file_info *fi, enum fuse_readdir_flags flags){
-  (void)off; (void)fi; (void)flags;
-  if( which(path) != F_ROOT ) return -ENOENT;
-  fill(buf, ".", NULL, 0, 0);
-  fill(buf, "..", NULL, 0, 0);
-  fill(buf, "disk", NULL, 0, 0);
-  fill(buf, "ctl", NULL, 0, 0);
-  return 0;
-}
-
-static int dm_open(const char *path, struct fuse_file_info *fi){
-  int w = which(path);
-  if( w != F_DISK && w != F_CTL ) return w == F_ROOT ? -EISDIR : -ENOENT;
-  fi->direct_io = 1;
-  fi->keep_cache = 0;
-  return 0;
-}
-
 static int dm_read(const char *path, char *buf, size_t size, off_t off,
                    struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) == F_CTL ){
+  if( fim_which(path) == FIM_CTL ){
     char text[CTL_BYTES];
     int rc = ctl_text(text, sizeof(text));
-    if( rc ) return rc;
-    if( off >= CTL_BYTES ) return 0;
-    size_t n = CTL_BYTES - (size_t)off;
-    if( n > size ) n = size;
-    memcpy(buf, text + off, n);
-    return (int)n;
+    return rc ? rc : fim_read_text(text, CTL_BYTES, buf, size, off);
   }
-  if( which(path) != F_DISK ) return -ENOENT;
-  if( (uint64_t)off >= g_dev.image_size ) return 0;
-  if( (uint64_t)off + size > g_dev.image_size ) size = (size_t)(g_dev.image_size - (uint64_t)off);
+  if( fim_which(path) != FIM_DISK ) return -ENOENT;
+  size = fim_clip(size, off);
   uint64_t done_at = begin_request(K_READ, (uint64_t)off, size);
-  size_t done = 0;
-  int rc = 0;
-  while( done < size ){
-    ssize_t n = pread(g_dev.image_fd, buf + done, size - done, off + (off_t)done);
-    if( n < 0 ){
-      if( errno == EINTR ) continue;
-      rc = -errno;
-      break;
-    }
-    if( n == 0 ){                       /* a short image file: zeros */
-      memset(buf + done, 0, size - done);
-      break;
-    }
-    done += (size_t)n;
-  }
+  int rc = fim_pread_all(g_dev.image_fd, buf, size, off);
   end_request(done_at);
   return rc ? rc : (int)size;
 }
@@ -516,24 +434,14 @@ static int dm_read(const char *path, char *buf, size_t size, off_t off,
 static int dm_write(const char *path, const char *buf, size_t size, off_t off,
                     struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) == F_CTL ){
+  if( fim_which(path) == FIM_CTL ){
     int rc = ctl_command(buf, size);
     return rc ? rc : (int)size;
   }
-  if( which(path) != F_DISK ) return -ENOENT;
-  if( (uint64_t)off + size > g_dev.image_size ) return -ENOSPC;
+  if( fim_which(path) != FIM_DISK ) return -ENOENT;
+  if( (uint64_t)off + size > fim_image_size ) return -ENOSPC;
   uint64_t done_at = begin_request(K_WRITE, (uint64_t)off, size);
-  size_t done = 0;
-  int rc = 0;
-  while( done < size ){
-    ssize_t n = pwrite(g_dev.image_fd, buf + done, size - done, off + (off_t)done);
-    if( n < 0 ){
-      if( errno == EINTR ) continue;
-      rc = -errno;
-      break;
-    }
-    done += (size_t)n;
-  }
+  int rc = fim_pwrite_all(g_dev.image_fd, buf, size, off);
   end_request(done_at);
   return rc ? rc : (int)size;
 }
@@ -541,49 +449,36 @@ static int dm_write(const char *path, const char *buf, size_t size, off_t off,
 /* A cache flush of the device: it covers every write accounted before it. */
 static int dm_fsync(const char *path, int datasync, struct fuse_file_info *fi){
   (void)datasync; (void)fi;
-  if( which(path) != F_DISK ) return 0;
+  if( fim_which(path) != FIM_DISK ) return 0;
   end_request(begin_request(K_FLUSH, 0, 0));
   return 0;
 }
 
-/* close(2) of a descriptor: not a flush of the device (FUSE_FLUSH). */
-static int dm_flush(const char *path, struct fuse_file_info *fi){
-  (void)path; (void)fi;
-  return 0;
-}
-
+/* A discard (PUNCH_HOLE) or write-zeroes (ZERO_RANGE) request. */
 static int dm_fallocate(const char *path, int mode, off_t off, off_t len,
                         struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) != F_DISK ) return -EOPNOTSUPP;
-  if( !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ) return -EOPNOTSUPP;
-  if( off < 0 || len <= 0 || (uint64_t)off >= g_dev.image_size ) return -EINVAL;
-  if( (uint64_t)(off + len) > g_dev.image_size ) len = (off_t)(g_dev.image_size - (uint64_t)off);
+  int rc = fim_check_fallocate(path, mode, off, &len);
+  if( rc ) return rc;
   int kind = (mode & FALLOC_FL_PUNCH_HOLE) ? K_DISCARD : K_ZERO;
   uint64_t done_at = begin_request(kind, (uint64_t)off, (uint64_t)len);
-  int rc = fallocate(g_dev.image_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len)
-         ? -errno : 0;
+  rc = fallocate(g_dev.image_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len)
+     ? -errno : 0;
   end_request(done_at);
   return rc;
 }
 
-static int dm_truncate(const char *path, off_t size, struct fuse_file_info *fi){
-  (void)fi;
-  if( which(path) == F_CTL ) return 0;          /* open(O_TRUNC) of ctl */
-  return (uint64_t)size == g_dev.image_size ? 0 : -EPERM;
-}
-
 static const struct fuse_operations dm_ops = {
   .init = dm_init,
-  .getattr = dm_getattr,
-  .readdir = dm_readdir,
-  .open = dm_open,
+  .getattr = fim_getattr,
+  .readdir = fim_readdir,
+  .open = fim_open,
   .read = dm_read,
   .write = dm_write,
   .fsync = dm_fsync,
-  .flush = dm_flush,
+  .flush = fim_flush,
   .fallocate = dm_fallocate,
-  .truncate = dm_truncate,
+  .truncate = fim_truncate,
 };
 
 /* NAME=VALUE into g_dev.p: 0, or -1 with the reason on stderr. */
@@ -642,7 +537,8 @@ int main(int argc, char **argv){
             argv[1]);
     return 1;
   }
-  g_dev.image_size = (uint64_t)st.st_size;
+  fim_image_size = (uint64_t)st.st_size;
+  fim_ctl_bytes = CTL_BYTES;
   pthread_mutex_init(&g_dev.lock, NULL);
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);     /* inherited by the worker threads */
   /* fuse_main(argv[0] MOUNTPOINT -f [options]): foreground, multi-threaded
