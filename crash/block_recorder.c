@@ -241,18 +241,8 @@ int main(int argc, char **argv){
     fprintf(stderr, "usage: %s IMAGE LOG MOUNTPOINT [fuse options]\n", argv[0]);
     return 2;
   }
-  g_rec.image_fd = open(argv[1], O_RDWR);
-  if( g_rec.image_fd < 0 ){
-    fprintf(stderr, "block_recorder: %s: %s\n", argv[1], strerror(errno));
-    return 1;
-  }
-  struct stat st;
-  if( fstat(g_rec.image_fd, &st) != 0 || st.st_size <= 0 || st.st_size % 4096 ){
-    fprintf(stderr, "block_recorder: %s: the image must be a non-empty multiple of 4096 bytes\n",
-            argv[1]);
-    return 1;
-  }
-  fim_image_size = (uint64_t)st.st_size;
+  g_rec.image_fd = fim_open_image("block_recorder", argv[1]);
+  if( g_rec.image_fd < 0 ) return 1;
   fim_ctl_bytes = CTL_TEXT_BYTES;
   if( open_log(argv[2]) != 0 ){
     fprintf(stderr, "block_recorder: %s: %s\n", argv[2], strerror(errno));

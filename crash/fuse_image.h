@@ -14,8 +14,9 @@
 ** so each request reaches the program as the loop device makes it), whole
 ** reads and writes of the image, and the checks of a fallocate request.
 **
-** Header-only, for a program of one source file: it includes this once and
-** sets fim_image_size and fim_ctl_bytes before fuse_main.
+** Header-only, for a program of one source file: it includes this once,
+** opens the image with fim_open_image and sets fim_ctl_bytes before
+** fuse_main.
 */
 #ifndef WALDIO_FUSE_IMAGE_H
 #define WALDIO_FUSE_IMAGE_H
@@ -23,7 +24,9 @@
 #include <fuse.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -168,6 +171,24 @@ static int fim_check_fallocate(const char *path, int mode, off_t off, off_t *len
   if( off < 0 || *len <= 0 || (uint64_t)off >= fim_image_size ) return -EINVAL;
   if( (uint64_t)(off + *len) > fim_image_size ) *len = (off_t)(fim_image_size - (uint64_t)off);
   return 0;
+}
+
+/* Open the image (read-write; a non-empty multiple of 4096 bytes) and set
+** fim_image_size: its descriptor, or -1 after a message naming prog. */
+static int fim_open_image(const char *prog, const char *path){
+  int fd = open(path, O_RDWR);
+  if( fd < 0 ){
+    fprintf(stderr, "%s: %s: %s\n", prog, path, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if( fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % 4096 ){
+    fprintf(stderr, "%s: %s: the image must be a non-empty multiple of 4096 bytes\n", prog, path);
+    close(fd);
+    return -1;
+  }
+  fim_image_size = (uint64_t)st.st_size;
+  return fd;
 }
 
 #endif /* WALDIO_FUSE_IMAGE_H */

@@ -526,18 +526,8 @@ int main(int argc, char **argv){
     fprintf(stderr, "device_model: queue_depth must be a whole number\n");
     return 2;
   }
-  g_dev.image_fd = open(argv[1], O_RDWR);
-  if( g_dev.image_fd < 0 ){
-    fprintf(stderr, "device_model: %s: %s\n", argv[1], strerror(errno));
-    return 1;
-  }
-  struct stat st;
-  if( fstat(g_dev.image_fd, &st) != 0 || st.st_size <= 0 || st.st_size % 4096 ){
-    fprintf(stderr, "device_model: %s: the image must be a non-empty multiple of 4096 bytes\n",
-            argv[1]);
-    return 1;
-  }
-  fim_image_size = (uint64_t)st.st_size;
+  g_dev.image_fd = fim_open_image("device_model", argv[1]);
+  if( g_dev.image_fd < 0 ) return 1;
   fim_ctl_bytes = CTL_BYTES;
   pthread_mutex_init(&g_dev.lock, NULL);
   prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);     /* inherited by the worker threads */
