@@ -35,6 +35,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from waldio import fs as fsimage
 from waldio.bench.iostat import cpu_busy_share, read_cpu_ticks
+from waldio.bench.provenance import timestamp, tool_info
 
 from .profile import Profile, Target
 from .stack import EmulatedDevice
@@ -189,7 +190,10 @@ def run(profile: Profile, opts: Options, progress: Callable[[str], None] = lambd
         ) -> Dict[str, Any]:
     """Every target of the profile, rounds times, costs on and off interleaved."""
     dev = EmulatedDevice(profile)
-    out: Dict[str, Any] = {"profile": profile.to_json(), "rounds": opts.rounds,
+    out: Dict[str, Any] = {"tool": dict(tool_info(), name="waldio device calibrate",
+                                        started_utc=timestamp()),
+                           "system": {"kernel": os.uname().release, "cpus": os.cpu_count()},
+                           "profile": profile.to_json(), "rounds": opts.rounds,
                            "seconds_per_run": opts.seconds, "tolerance": opts.tolerance,
                            "file_system": "ext4 (waldio.fs defaults: 4 KiB blocks, data=ordered)",
                            "targets": []}
