@@ -274,3 +274,27 @@ def test_bench_on_the_emulated_device(tmp_path: Path) -> None:
     assert "over an emulated emmc-2014 device" in doc["params"]["target"]["note"]
     with open("/proc/self/mountinfo") as f:
         assert str(tmp_path) not in f.read()
+
+
+def test_calibrate_measures_each_target_with_costs_on_and_off() -> None:
+    """One short round of one figure: the record has the emulated and costs-off rates, the
+    model's accounting of the run with costs on, the probe and a verdict."""
+    reason = D.unavailable_reason()
+    if reason:
+        if not os.path.exists("/dev/fuse") or not os.path.exists("/dev/loop-control"):
+            pytest.skip(reason)
+        pytest.fail(reason)
+    import dataclasses
+    from waldio.device import calibrate as C
+    pr = D.load("emmc-2014")
+    target = next(t for t in pr.targets if t.workload == "dio-seq-write" and t.size == 16384)
+    doc = C.run(dataclasses.replace(pr, targets=(target,)), C.Options(rounds=1, seconds=0.2))
+    t = doc["targets"][0]
+    assert t["figure"] == target.figure and t["value"] == 70
+    assert t["emulated"]["median"] > 0 and t["costs_off"]["median"] > 0
+    assert isinstance(t["within_tolerance"], bool) and doc["ok"] == t["within_tolerance"]
+    acct = t["model_accounting"][0]
+    assert acct["requests"]["write"] > 0 and acct["bytes"]["write"] >= 16384
+    assert acct["charged_us"] > 0 and acct["rmw"] == 0      # whole 4 KiB units
+    assert doc["device"]["overhead_probe"]["overhead_us"] >= 0
+    assert doc["tool"]["name"] == "waldio device calibrate"
