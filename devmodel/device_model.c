@@ -16,7 +16,8 @@
 ** FOPEN_DIRECT_IO and the writeback cache is off: each request reaches this
 ** process as the loop device makes it.
 **
-** MOUNTPOINT holds two files:
+** MOUNTPOINT holds two files (the file system itself: crash/fuse_image.h,
+** shared with the recorder):
 **
 **   disk  the image, read and written in place; nothing is ever synced to
 **         the host's disk (the image is scratch: durability is not modelled,
@@ -25,9 +26,10 @@
 **         CTL_BYTES): the parameters and the model's own accounting since the
 **         last reset (below). Writing "reset" zeroes the accounting;
 **         "overhead_us A [B]" sets the back-dating of arrivals to A us per
-**         request and B us per KiB it carries (below); "costs
-**         off" makes every request cost nothing until "costs on" (to measure
-**         this machine's own stack with the same process).
+**         request and B us per KiB it carries (below); "costs off" makes
+**         every request cost nothing until "costs on", and "costs fixed X"
+**         makes every one cost X us (to measure this machine's own stack
+**         with the same process).
 **
 ** THE MODEL. A request is served by one of queue_depth command slots and,
 ** for its data, by one shared medium (the NAND and its bus):
@@ -76,8 +78,10 @@
 ** device was busy), slept_us (what the workers actually slept), late (answers
 ** sent more than LATE_NS after their modelled completion, because this
 ** machine was slower than the profile: a run with many is bounded by the host,
-** not by the model) and late_us, and the largest number of requests in
-** flight at once. Tests check this accounting, not wall-clock time.
+** not by the model), late_us and overrun_us (answers after their modelled
+** completion, summed), and the largest number of requests in flight at once.
+** Tests check this accounting, not wall-clock time
+** (tests/py/test_device.py).
 */
 #define FUSE_USE_VERSION 31
 #ifndef _GNU_SOURCE
