@@ -50,10 +50,7 @@ class DeviceError(RuntimeError):
 
 def model_binary() -> Optional[Path]:
     """build/devmodel/device_model ($WALDIO_DEVICE_MODEL), or None."""
-    env = os.environ.get("WALDIO_DEVICE_MODEL")
-    root = library.checkout_root()
-    p = Path(env) if env else (root / "build" / "devmodel" / "device_model" if root else None)
-    return p if p is not None and p.is_file() and os.access(p, os.X_OK) else None
+    return library.build_program("devmodel/device_model", "WALDIO_DEVICE_MODEL")
 
 
 def unavailable_reason() -> Optional[str]:
