@@ -56,7 +56,7 @@
 # define _GNU_SOURCE
 #endif
 
-#include <fuse.h>
+#include "fuse_image.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -70,16 +70,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef FALLOC_FL_KEEP_SIZE
-# define FALLOC_FL_KEEP_SIZE 0x01
-#endif
-#ifndef FALLOC_FL_PUNCH_HOLE
-# define FALLOC_FL_PUNCH_HOLE 0x02
-#endif
-#ifndef FALLOC_FL_ZERO_RANGE
-# define FALLOC_FL_ZERO_RANGE 0x10
-#endif
-
 #define BLK_MAGIC "WALDIOBLK1\n\0\0\0\0\0"
 #define BLK_HDR_BYTES 48
 #define BLK_MARK_MAX 4096
@@ -90,7 +80,6 @@ enum { BLK_F_ZEROS = 1, BLK_F_DATASYNC = 2 };
 /* The recorder's state: one image, one log, one request at a time. */
 typedef struct blk_recorder {
   int image_fd;
-  uint64_t image_size;
   FILE *log;
   uint64_t seq;            /* records logged so far */
   int log_failed;          /* a log write failed: every request fails (EIO) */
@@ -146,28 +135,13 @@ static int log_record(int type, int flags, uint64_t off, uint64_t len,
   return 0;
 }
 
-/* ------------------------------------------------------------ the files */
-
-enum { F_NONE, F_ROOT, F_DISK, F_CTL };
-
-static int which(const char *path){
-  if( strcmp(path, "/") == 0 ) return F_ROOT;
-  if( strcmp(path, "/disk") == 0 ) return F_DISK;
-  if( strcmp(path, "/ctl") == 0 ) return F_CTL;
-  return F_NONE;
-}
+/* ------------------------------------------------------------ the files
+** (the file system itself: fuse_image.h) */
 
 #define CTL_TEXT_BYTES 21   /* 20 digits and a newline */
 
 static void *rec_init(struct fuse_conn_info *conn, struct fuse_config *cfg){
-  /* No page cache of ours between the loop device and the log. */
-  conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
-  conn->max_write = 1u << 20;         /* the kernel caps it (fuse max_pages) */
-  cfg->direct_io = 1;
-  cfg->kernel_cache = 0;
-  cfg->attr_timeout = 0;
-  cfg->entry_timeout = 0;
-  cfg->use_ino = 1;
+  fim_configure(conn, cfg);
   return NULL;
 }
 
@@ -182,147 +156,71 @@ static void rec_destroy(void *unused){
   }
 }
 
-static int rec_getattr(const char *path, struct stat *st, struct fuse_file_info *fi){
-  (void)fi;
-  memset(st, 0, sizeof(*st));
-  switch( which(path) ){
-    case F_ROOT: st->st_mode = S_IFDIR | 0755; st->st_nlink = 2; st->st_ino = 1; return 0;
-    case F_DISK:
-      st->st_mode = S_IFREG | 0600; st->st_nlink = 1; st->st_ino = 2;
-      st->st_size = (off_t)g_rec.image_size;
-      st->st_blocks = (blkcnt_t)(g_rec.image_size / 512);
-      return 0;
-    case F_CTL:
-      st->st_mode = S_IFREG | 0600; st->st_nlink = 1; st->st_ino = 3;
-      st->st_size = CTL_TEXT_BYTES;
-      return 0;
-  }
-  return -ENOENT;
-}
-
-static int rec_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
-                       struct fuse_file_info *fi, enum fuse_readdir_flags flags){
-  (void)off; (void)fi; (void)flags;
-  if( which(path) != F_ROOT ) return -ENOENT;
-  fill(buf, ".", NULL, 0, 0);
-  fill(buf, "..", NULL, 0, 0);
-  fill(buf, "disk", NULL, 0, 0);
-  fill(buf, "ctl", NULL, 0, 0);
-  return 0;
-}
-
-static int rec_open(const char *path, struct fuse_file_info *fi){
-  int w = which(path);
-  if( w != F_DISK && w != F_CTL ) return w == F_ROOT ? -EISDIR : -ENOENT;
-  fi->direct_io = 1;
-  fi->keep_cache = 0;
-  return 0;
-}
-
 static int rec_read(const char *path, char *buf, size_t size, off_t off,
                     struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) == F_CTL ){
+  if( fim_which(path) == FIM_CTL ){
     char text[CTL_TEXT_BYTES + 1];
     snprintf(text, sizeof(text), "%20" PRIu64 "\n", g_rec.seq);
-    if( off >= CTL_TEXT_BYTES ) return 0;
-    size_t n = CTL_TEXT_BYTES - (size_t)off;
-    if( n > size ) n = size;
-    memcpy(buf, text + off, n);
-    return (int)n;
+    return fim_read_text(text, CTL_TEXT_BYTES, buf, size, off);
   }
-  if( which(path) != F_DISK ) return -ENOENT;
-  if( (uint64_t)off >= g_rec.image_size ) return 0;
-  if( (uint64_t)off + size > g_rec.image_size ) size = (size_t)(g_rec.image_size - (uint64_t)off);
-  size_t done = 0;
-  while( done < size ){
-    ssize_t n = pread(g_rec.image_fd, buf + done, size - done, off + (off_t)done);
-    if( n < 0 ){
-      if( errno == EINTR ) continue;
-      return -errno;
-    }
-    if( n == 0 ){                       /* a short image file: zeros */
-      memset(buf + done, 0, size - done);
-      break;
-    }
-    done += (size_t)n;
-  }
-  return (int)size;
+  if( fim_which(path) != FIM_DISK ) return -ENOENT;
+  size = fim_clip(size, off);
+  int rc = fim_pread_all(g_rec.image_fd, buf, size, off);
+  return rc ? rc : (int)size;
 }
 
 static int rec_write(const char *path, const char *buf, size_t size, off_t off,
                      struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) == F_CTL ){
+  if( fim_which(path) == FIM_CTL ){
     size_t n = size;
     while( n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\0') ) n--;
     if( n > BLK_MARK_MAX ) return -EMSGSIZE;
     int rc = log_record(BLK_MARK, 0, 0, 0, buf, (uint32_t)n);
     return rc ? rc : (int)size;
   }
-  if( which(path) != F_DISK ) return -ENOENT;
-  if( (uint64_t)off + size > g_rec.image_size ) return -ENOSPC;
-  size_t done = 0;
-  while( done < size ){
-    ssize_t n = pwrite(g_rec.image_fd, buf + done, size - done, off + (off_t)done);
-    if( n < 0 ){
-      if( errno == EINTR ) continue;
-      return -errno;
-    }
-    done += (size_t)n;
-  }
+  if( fim_which(path) != FIM_DISK ) return -ENOENT;
+  if( (uint64_t)off + size > fim_image_size ) return -ENOSPC;
+  int rc = fim_pwrite_all(g_rec.image_fd, buf, size, off);
+  if( rc ) return rc;
   int zeros = all_zero(buf, size);
-  int rc = log_record(BLK_WRITE, zeros ? BLK_F_ZEROS : 0, (uint64_t)off, size,
-                      buf, zeros ? 0 : (uint32_t)size);
+  rc = log_record(BLK_WRITE, zeros ? BLK_F_ZEROS : 0, (uint64_t)off, size,
+                  buf, zeros ? 0 : (uint32_t)size);
   return rc ? rc : (int)size;
 }
 
 /* A cache flush of the "device": everything logged before it is durable. */
 static int rec_fsync(const char *path, int datasync, struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) != F_DISK ) return 0;
+  if( fim_which(path) != FIM_DISK ) return 0;
   return log_record(BLK_FLUSH, datasync ? BLK_F_DATASYNC : 0, 0, 0, NULL, 0);
 }
 
-/* close(2) of a descriptor: not a flush of the device (FUSE_FLUSH). */
-static int rec_flush(const char *path, struct fuse_file_info *fi){
-  (void)path; (void)fi;
-  return 0;
-}
-
-/* The loop device turns discards and write-zeroes requests into fallocate
-** (PUNCH_HOLE or ZERO_RANGE, with KEEP_SIZE): the range reads as zeros. */
+/* A discard or write-zeroes request: the range reads as zeros. */
 static int rec_fallocate(const char *path, int mode, off_t off, off_t len,
                          struct fuse_file_info *fi){
   (void)fi;
-  if( which(path) != F_DISK ) return -EOPNOTSUPP;
-  if( !(mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) ) return -EOPNOTSUPP;
-  if( off < 0 || len <= 0 || (uint64_t)off >= g_rec.image_size ) return -EINVAL;
-  if( (uint64_t)(off + len) > g_rec.image_size ) len = (off_t)(g_rec.image_size - (uint64_t)off);
+  int rc = fim_check_fallocate(path, mode, off, &len);
+  if( rc ) return rc;
   if( fallocate(g_rec.image_fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off, len) != 0 ){
     return -errno;
   }
   return log_record(BLK_ZERO, 0, (uint64_t)off, (uint64_t)len, NULL, 0);
 }
 
-static int rec_truncate(const char *path, off_t size, struct fuse_file_info *fi){
-  (void)fi;
-  if( which(path) == F_CTL ) return 0;          /* open(O_TRUNC) of ctl */
-  return (uint64_t)size == g_rec.image_size ? 0 : -EPERM;
-}
-
 static const struct fuse_operations rec_ops = {
   .init = rec_init,
   .destroy = rec_destroy,
-  .getattr = rec_getattr,
-  .readdir = rec_readdir,
-  .open = rec_open,
+  .getattr = fim_getattr,
+  .readdir = fim_readdir,
+  .open = fim_open,
   .read = rec_read,
   .write = rec_write,
   .fsync = rec_fsync,
-  .flush = rec_flush,
+  .flush = fim_flush,
   .fallocate = rec_fallocate,
-  .truncate = rec_truncate,
+  .truncate = fim_truncate,
 };
 
 static int open_log(const char *path){
@@ -332,7 +230,7 @@ static int open_log(const char *path){
   setvbuf(g_rec.log, NULL, _IOFBF, 4 << 20);
   memset(h, 0, sizeof(h));
   memcpy(h, BLK_MAGIC, 16);
-  put_u64(h + 16, g_rec.image_size);
+  put_u64(h + 16, fim_image_size);
   put_u64(h + 24, clock_ns(CLOCK_MONOTONIC));
   put_u64(h + 32, clock_ns(CLOCK_REALTIME));
   return fwrite(h, 1, sizeof(h), g_rec.log) == sizeof(h) ? 0 : -1;
@@ -343,18 +241,9 @@ int main(int argc, char **argv){
     fprintf(stderr, "usage: %s IMAGE LOG MOUNTPOINT [fuse options]\n", argv[0]);
     return 2;
   }
-  g_rec.image_fd = open(argv[1], O_RDWR);
-  if( g_rec.image_fd < 0 ){
-    fprintf(stderr, "block_recorder: %s: %s\n", argv[1], strerror(errno));
-    return 1;
-  }
-  struct stat st;
-  if( fstat(g_rec.image_fd, &st) != 0 || st.st_size <= 0 || st.st_size % 4096 ){
-    fprintf(stderr, "block_recorder: %s: the image must be a non-empty multiple of 4096 bytes\n",
-            argv[1]);
-    return 1;
-  }
-  g_rec.image_size = (uint64_t)st.st_size;
+  g_rec.image_fd = fim_open_image("block_recorder", argv[1]);
+  if( g_rec.image_fd < 0 ) return 1;
+  fim_ctl_bytes = CTL_TEXT_BYTES;
   if( open_log(argv[2]) != 0 ){
     fprintf(stderr, "block_recorder: %s: %s\n", argv[2], strerror(errno));
     return 1;

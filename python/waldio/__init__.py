@@ -29,6 +29,8 @@ The package, by tool (``waldio COMMAND``; each tool's package says more):
     bench/                     waldio bench, waldio report
     trace/                     waldio trace (block-level attribution)
     crash/                     waldio crash (crash-consistency checking)
+    device/                    waldio device; the emulated phone storage of
+                               waldio bench --device (devmodel/device_model.c)
 """
 from __future__ import annotations
 

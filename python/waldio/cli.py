@@ -14,7 +14,8 @@ from typing import List, Optional
 
 from waldio import WaldioError
 
-SUBCOMMAND_MODULES = ["waldio.bench.cli", "waldio.admin", "waldio.run", "waldio.env", "waldio.crash.cli", "waldio.trace.cli"]
+SUBCOMMAND_MODULES = ["waldio.bench.cli", "waldio.admin", "waldio.run", "waldio.env", "waldio.crash.cli", "waldio.trace.cli",
+                      "waldio.device.cli"]
 
 
 def build_parser() -> argparse.ArgumentParser:

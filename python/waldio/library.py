@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 __all__ = ["EXTENSION", "LIBRARY", "PRELOAD", "RECORDER", "LSMVBT", "find", "checkout_root",
+           "build_program",
            "candidates"]
 
 EXTENSION = "waldio.so"
@@ -71,6 +72,16 @@ def candidates(name: str) -> List[Path]:
     if root is not None:
         out.append(root / "build" / _IN_BUILD.get(name, name))
     return out
+
+
+def build_program(relpath: str, env: str) -> Optional[Path]:
+    """A program that only a checkout's CMake build makes (build/<relpath>: the FUSE
+    programs crash/block_recorder and devmodel/device_model), or the file $env names;
+    None where it is missing or not executable."""
+    given = os.environ.get(env)
+    root = checkout_root()
+    p = Path(given) if given else (root / "build" / relpath if root else None)
+    return p if p is not None and p.is_file() and os.access(p, os.X_OK) else None
 
 
 def find(name: str) -> Path:

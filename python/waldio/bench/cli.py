@@ -216,6 +216,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                    help="size of the loop image (sparse; default from the workload, >= 256)")
     g.add_argument("--dir", metavar="DIR",
                    help="run in a private sub-directory of DIR instead of a loop file system")
+    g.add_argument("--device", metavar="PROFILE",
+                   help="make the loop file system over an emulated device whose requests cost "
+                        "what PROFILE says: emmc-2014, ufs-3, sdcard-a1, nvme, or a profile "
+                        "file (waldio device list; docs/device.md); root and FUSE")
 
     g = p.add_argument_group("harness (docs/bench.md, 'The timed loop')")
     g.add_argument("--loop", choices=("native", "python"), default="native",
@@ -296,6 +300,8 @@ def run_bench(args: argparse.Namespace) -> int:
         if given:
             parser.error(f"{other}: {', '.join(given)} do not apply")
     if args.compare_mobibench:
+        if args.device is not None:
+            parser.error("--compare-mobibench: --device does not apply")
         return run_compare_mobibench(args)
     if args.mobibench_source is not None:
         parser.error("--mobibench-source applies to --compare-mobibench only")
@@ -420,13 +426,16 @@ def _run(args: argparse.Namespace, out: Printer, err: Printer, engine: Any, size
     """Run a Bench or a ProcessBench on the target with a progress bar; its document, or
     None after an error that stopped it (printed)."""
     try:
-        with B.open_target(args.fs, args.dir, size_mib, engine.need_odirect()) as target:
+        with B.open_target(args.fs, args.dir, size_mib, engine.need_odirect(),
+                           args.device) as target:
             if not args.quiet:
                 out.wrapped(f"target: {target.brief}")
                 out.line("")
             with progress_reporter(err, enabled=not args.quiet, total=steps) as progress:
                 engine.progress = progress
                 doc: Dict[str, Any] = engine.run(target)
+            if target.device is not None:
+                doc["params"]["target"]["device"]["accounting"] = target.device.stats()
     except B.BenchError as e:
         print(f"waldio bench: error: {e}", file=sys.stderr)
         return None
@@ -558,7 +567,7 @@ def run_speedtest1(args: argparse.Namespace) -> int:
                  f"{st.warmup} warm-up + {st.repetitions} measured rounds")
     size = args.fs_size or S.default_fs_size_mib(st)
     try:
-        with B.open_target(args.fs, args.dir, size, True) as target:
+        with B.open_target(args.fs, args.dir, size, True, args.device) as target:
             if not args.quiet:
                 out.line(target.note)
                 out.line("")

@@ -7,10 +7,14 @@
 * Process: ``/proc/self/io`` (``write_bytes``, ``syscw``, ``wchar``).
 * CPU: the first line of ``/proc/stat`` (every CPU of the machine, every process),
   to say how busy the machine was while a run was timed.
+* An emulated device (``--device``; waldio.device): the model under the loop
+  device reports its own counters in its ``ctl`` file, among them the device time
+  it charged (``device_ms``) and the answers later than modelled (``late``).
 The counters include every other writer of the device.
 """
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -75,8 +79,11 @@ def devices_for(path: str) -> List[Device]:
     if kind == "loop":
         try:
             backing = _params.read_text(f"/sys/class/block/{name}/loop/backing_file")
+            ctl = os.path.join(os.path.dirname(backing), "ctl")
             below = _device_of_path(backing.removesuffix(" (deleted)"))
-            if below and below != name:
+            if os.path.basename(backing) == "disk" and os.path.exists(ctl):
+                out.append(Device("model", f"the emulated device under {name}", ctl, "model"))
+            elif below and below != name:
                 out.append(Device(below, f"holds {name}'s backing file",
                                   f"/sys/class/block/{below}/stat", _kind_of(below)))
         except Exception:  # noqa: BLE001
@@ -85,9 +92,24 @@ def devices_for(path: str) -> List[Device]:
 
 
 def read_device(dev: Device) -> Dict[str, int]:
+    if dev.kind == "model":
+        return _read_model(dev.stat_path)
     with open(dev.stat_path) as f:
         vals = [int(x) for x in f.read().split()]
     return {k: v for k, v in zip(_STAT_FIELDS, vals)}
+
+
+def _read_model(ctl: str) -> Dict[str, int]:
+    """The emulated device's counters (devmodel/device_model.c) in /sys stat's names,
+    with the device time it charged (us) and its late answers."""
+    with open(ctl, encoding="ascii") as f:
+        st = json.loads(f.read())
+    req, by = st["requests"], st["bytes"]
+    return {"read_ios": req["read"], "read_sectors": by["read"] // 512,
+            "write_ios": req["write"] + req["zero"],
+            "write_sectors": (by["write"] + by["zero"]) // 512,
+            "flush_ios": req["flush"], "discard_sectors": by["discard"] // 512,
+            "charged_us": int(st["charged_us"]), "late": st["late"]}
 
 
 def read_proc_io() -> Dict[str, int]:
@@ -109,7 +131,9 @@ def device_delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, Any]:
             "read_bytes": d.get("read_sectors", 0) * 512,
             "read_ios": d.get("read_ios", 0),
             "flushes": d["flush_ios"] if "flush_ios" in d else None,
-            "discard_bytes": d.get("discard_sectors", 0) * 512}
+            "discard_bytes": d.get("discard_sectors", 0) * 512,
+            **({"device_ms": d["charged_us"] / 1000, "late": d["late"]}
+               if "charged_us" in d else {})}
 
 
 def proc_delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, Any]:

@@ -29,6 +29,7 @@ class Target:
     kind: str                        # "loop" or "dir"
     info: Dict[str, Any]
     note: str
+    device: Any = None               # the emulated device under the loop (--device), if any
 
     @property
     def brief(self) -> str:
@@ -41,7 +42,10 @@ def brief_target(info: Dict[str, Any]) -> str:
                                                          "journaling unknown")
     if info.get("kind") == "loop":
         loop = info.get("loop") or {}
-        return (f"a fresh {info.get('fs_kind')} on {loop.get('device')} ({j}, mounted "
+        dev = info.get("device")
+        on = (f" over an emulated {dev['profile']['name']} device (waldio device show "
+              f"{dev['profile']['name']})" if dev else "")
+        return (f"a fresh {info.get('fs_kind')} on {loop.get('device')}{on} ({j}, mounted "
                 f"{loop.get('mount_options')}), made for this run and removed afterwards")
     return f"{info.get('directory')} ({info.get('fs_kind')}, {j}), removed afterwards"
 
@@ -85,14 +89,29 @@ def describe_fs(path: str) -> Tuple[Dict[str, Any], str]:
 
 @contextlib.contextmanager
 def open_target(fs_kind: Optional[str], directory: Optional[str], size_mib: Optional[int],
-                need_odirect: bool) -> Iterator[Target]:
+                need_odirect: bool, device: Optional[str] = None) -> Iterator[Target]:
     """Where the run happens: a fresh loop file system, or a private dir in ``directory``.
 
     fs_kind None and directory None: loop ext4 when it can be made here, else a
     temporary directory under the current directory (with a note saying why).
+    ``device``: a device profile (waldio.device); the loop file system is made over
+    that emulated device.
     """
     from waldio import fs as fsimage
     reason = None
+    emulated = None
+    if device is not None:
+        from waldio import device as D
+        if directory is not None:
+            raise BenchError("--device and --dir exclude each other: the emulated device "
+                             "carries a fresh loop file system (--fs)")
+        try:
+            emulated = D.EmulatedDevice(D.load(device))
+        except D.ProfileError as e:
+            raise BenchError(f"--device: {e}") from e
+        why = D.unavailable_reason() or fsimage.unavailable_reason(fs_kind or "ext4")
+        if why:
+            raise BenchError(f"--device {device}: cannot emulate it here: {why}")
     if directory is None:
         kind = fs_kind or "ext4"
         if kind not in fsimage.KINDS:
@@ -101,20 +120,26 @@ def open_target(fs_kind: Optional[str], directory: Optional[str], size_mib: Opti
         if reason and fs_kind is not None:
             raise BenchError(f"--fs {fs_kind}: cannot create it here: {reason}")
         if not reason:
-            with fsimage.loop_filesystem(kind, size_mib) as lfs:
+            with fsimage.loop_filesystem(kind, size_mib, image_device=emulated) as lfs:
                 base = lfs.path("bench")
                 os.mkdir(base)
                 fs, desc = describe_fs(base)
                 info = {"kind": "loop", "fs_kind": kind, "loop": lfs.describe(),
                         "directory": base, "odirect": "yes",
                         "journals": fs.get("journals", UNKNOWN)}
-                note = (f"target: a fresh {kind} file system on {lfs.device} "
+                if emulated:
+                    info["device"] = emulated.describe()
+                on = (f" over an emulated {emulated.profile.name} device ({emulated.profile.summary}"
+                      f"; requests back-dated by {emulated.overhead['overhead_us']:.0f} us + "
+                      f"{emulated.overhead['overhead_us_per_kib']:.2f} us/KiB, this machine's own "
+                      f"overhead)" if emulated else "")
+                note = (f"target: a fresh {kind} file system on {lfs.device}{on} "
                         f"({lfs.size_mib} MiB sparse image {lfs.image_path}), mounted "
                         f"{lfs.mount_options}, created for this run and removed afterwards; "
                         f"{desc.split('; ', 1)[1]}")
                 ok, why = _odirect_ok(base)
                 info["odirect"] = "yes" if ok else f"no ({why})"
-                yield Target(base, "loop", info, note)
+                yield Target(base, "loop", info, note, emulated)
             return
     parent = directory if directory is not None else os.getcwd()
     if not os.path.isdir(parent):

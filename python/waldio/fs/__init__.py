@@ -25,8 +25,10 @@ from .loop import (
     minimum_size_mib,
     release_leftovers,
     unavailable_reason,
+    unmount,
 )
 
 __all__ = ["CommandError", "run_command", "KINDS", "RESOURCE_PREFIX", "CleanupError", "KindSupport",
            "Leftovers", "LoopFilesystem", "available_kinds", "leftover_resources",
-           "loop_filesystem", "minimum_size_mib", "release_leftovers", "unavailable_reason"]
+           "loop_filesystem", "minimum_size_mib", "release_leftovers", "unavailable_reason",
+           "unmount"]

@@ -39,7 +39,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Protocol, Sequence
 
 from .commands import CommandError, run_command
 
@@ -73,6 +73,24 @@ _EXTERNAL_JOURNAL_DEFAULT_MIB = 64
 
 class CleanupError(RuntimeError):
     """Some resource could not be released cleanly (the message lists which)."""
+
+
+class ImageDevice(Protocol):
+    """Something between the image file and the loop device (waldio.device.EmulatedDevice)."""
+
+    def start(self, image: str, workdir: str, release: Callable[[str, Callable[[], None]], None]
+              ) -> str:
+        """Start serving ``image``; the file the loop device is attached to (what it starts
+        is stopped through ``release``)."""
+
+    def loop_args(self) -> Sequence[str]:
+        """Extra ``losetup`` arguments."""
+
+    def attached(self, device: str) -> None:
+        """The loop device is attached (before mkfs)."""
+
+    def mounted(self) -> None:
+        """The file system is made and mounted."""
 
 
 @dataclass(frozen=True)
@@ -321,8 +339,8 @@ def _create_sparse_image(path: str, size_mib: int) -> None:
         fh.truncate(size_mib * 1024 * 1024)
 
 
-def _attach_loop(image: str) -> str:
-    return run_command(["losetup", "--find", "--show", image]).stdout.strip()
+def _attach_loop(image: str, extra: Sequence[str] = ()) -> str:
+    return run_command(["losetup", "--find", "--show", *extra, image]).stdout.strip()
 
 
 def _detach_loop(device: str, image: str) -> None:
@@ -400,8 +418,9 @@ def _mount(device: str, mountpoint: str, fstype: str, options: Sequence[str]) ->
     run_command(argv + [device, mountpoint])
 
 
-def _unmount(mountpoint: str, attempts: int = 25) -> None:
-    """Unmount, retrying while busy; as a last resort detach lazily and raise."""
+def unmount(mountpoint: str, attempts: int = 25) -> None:
+    """Unmount (any file system, FUSE too), retrying while busy; as a last resort detach
+    lazily and raise."""
     last = ""
     for attempt in range(attempts):
         if not _is_mounted(mountpoint):
@@ -444,6 +463,7 @@ def _setup(
     mount_options: Sequence[str],
     workdir: Optional[str],
     external_journal_mib: Optional[int],
+    image_device: Optional[ImageDevice] = None,
 ) -> LoopFilesystem:
     base = tempfile.mkdtemp(prefix=_name(""), dir=workdir or _default_workdir())
     stack.push(f"remove {base}", lambda: _remove_workdir(base))
@@ -460,8 +480,11 @@ def _setup(
     image = os.path.join(base, _name(f"{kind}.img"))
     _create_sparse_image(image, size_mib)
     stack.push(f"remove {image}", lambda: _remove_file(image))
-    stack.push(f"detach loop of {image}", lambda: _detach_image(image))
-    device = _attach_loop(image)
+    backing = image_device.start(image, base, stack.push) if image_device else image
+    stack.push(f"detach loop of {backing}", lambda: _detach_image(backing))
+    device = _attach_loop(backing, image_device.loop_args() if image_device else ())
+    if image_device:
+        image_device.attached(device)
     mkfs = _mkfs_argv(kind, device, mkfs_options, journal_device)
     run_command(mkfs, timeout=300)
     mountpoint = os.path.join(base, _name("mnt"))
@@ -471,8 +494,10 @@ def _setup(
         options.append(f"journal_path={journal_device}")
     # Release steps are registered before the action, so an interrupt that
     # lands between the action and the registration cannot leak it.
-    stack.push(f"unmount {mountpoint}", lambda: _unmount(mountpoint))
+    stack.push(f"unmount {mountpoint}", lambda: unmount(mountpoint))
     _mount(device, mountpoint, _fs_type(kind), options)
+    if image_device:
+        image_device.mounted()
     return LoopFilesystem(
         kind=kind,
         device=device,
@@ -497,6 +522,7 @@ def loop_filesystem(
     mount_options: Sequence[str] = (),
     workdir: Optional[str] = None,
     external_journal_mib: Optional[int] = None,
+    image_device: Optional[ImageDevice] = None,
 ) -> Iterator[LoopFilesystem]:
     """Create, mount and yield a fresh ``kind`` file system; release it all on exit.
 
@@ -504,7 +530,9 @@ def loop_filesystem(
     device); ``mount_options`` to the kind's mount options.  ``workdir`` is the
     directory that receives the private temporary directory (default
     ``/var/tmp``, i.e. the root file system).  ``external_journal_mib`` sizes
-    the journal device of "ext4-extjournal" (default 64 MiB).
+    the journal device of "ext4-extjournal" (default 64 MiB).  ``image_device``
+    (an emulated device, :class:`waldio.device.EmulatedDevice`) stands between the
+    image and the loop device.
     """
     reason = unavailable_reason(kind)
     if reason:
@@ -515,7 +543,8 @@ def loop_filesystem(
     stack = _ReleaseStack()
     with _sigterm_as_exit():
         try:
-            yield _setup(stack, kind, size, mkfs_options, mount_options, workdir, external_journal_mib)
+            yield _setup(stack, kind, size, mkfs_options, mount_options, workdir, external_journal_mib,
+                         image_device)
         except BaseException as exc:
             failures = stack.release_all()
             if failures and hasattr(exc, "add_note"):
@@ -603,7 +632,7 @@ def release_leftovers(include_live: bool = False, workdir: Optional[str] = None)
     done = Leftovers()
     for mnt in sorted(filter(dead, found.mounts), key=len, reverse=True):
         with contextlib.suppress(CleanupError, CommandError):
-            _unmount(mnt)
+            unmount(mnt)
             done.mounts.append(mnt)
     for dev in found.loop_devices:
         backing = (_loop_backing_file(dev) or "").removesuffix(" (deleted)")
@@ -635,5 +664,6 @@ __all__ = [
     "loop_filesystem",
     "release_leftovers",
     "run_command",
+    "unmount",
     "unavailable_reason",
 ]

@@ -596,7 +596,7 @@ def run_trace(args: argparse.Namespace) -> int:
     size = args.fs_size or B.default_fs_size_mib(settings, args.fs)
     t0 = time.perf_counter()
     try:
-        with B.open_target(args.fs, None, size, need_odirect=True) as target:
+        with B.open_target(args.fs, None, size, need_odirect=True, device=args.device) as target:
             fs = T.LoopFs.from_target(target)
             runner = T.TracedBench(settings, modes, fs, options)
             if not args.quiet:

@@ -37,10 +37,7 @@ class MachineError(RuntimeError):
 
 def recorder_binary() -> Optional[Path]:
     """build/crash/block_recorder ($WALDIO_BLOCK_RECORDER), or None."""
-    env = os.environ.get("WALDIO_BLOCK_RECORDER")
-    root = library.checkout_root()
-    p = Path(env) if env else (root / "build" / "crash" / "block_recorder" if root else None)
-    return p if p is not None and p.is_file() and os.access(p, os.X_OK) else None
+    return library.build_program("crash/block_recorder", "WALDIO_BLOCK_RECORDER")
 
 
 def unavailable_reason() -> Optional[str]:
