@@ -49,6 +49,15 @@
 **       a time, with the size re-checked once the mutex is held: two
 **       writers (a group flusher and a spilling transaction) never zero-fill
 **       the same range, so a fill never lands on frames just written.
+**   L8  Processes that close together leave a clean log (log_open.c, "the
+**       last close"): SQLite checkpoints and empties the log only in the
+**       close that gets the database lock exclusively, which any other
+**       connection's shared lock refuses. Every process holds LOG_LOCK_ACTIVE
+**       shared until the close of its last connection is refused that lock;
+**       then, while no other process holds ACTIVE (all are closing), one
+**       refused closer (LOG_LOCK_CLOSER) retries for a bounded time instead
+**       of holding its own lock through a close that refuses the next one.
+**       A connection that goes on after a refusal takes ACTIVE again.
 */
 #ifndef WALDIO_WAL_LOG_H
 #define WALDIO_WAL_LOG_H
@@ -162,6 +171,7 @@ struct waldio_log {
                            ** (LOG_ARM): the flusher, a close or an exit
                            ** flushes up to it */
   int poisoned;            /* L4 */
+  int inactive;            /* L8: ACTIVE given up (a close was refused) */
   waldio_stats stats;
   log_flusher *pFlusher;
   log_group group;         /* group commit state (log_group.h) */
@@ -184,6 +194,16 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
 ** LOG_CLOSE_DIRTY: anything else; the log stays as it is. */
 #define LOG_CLOSE_DIRTY (-1)
 int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep);
+
+/* L8: SQLite's close of a connection asked for the database exclusively
+** (xTry(pArg), an SQLite result code) and was refused. If it is this
+** process's last connection to the log, wait for the other processes'
+** closes as L8 says. Returns SQLITE_OK once xTry succeeded, else SQLITE_BUSY
+** (the close leaves the log to a later one, as it would have). */
+int log_last_close_lock(log_registry *r, waldio_log *pLog,
+                        int (*xTry)(void*), void *pArg);
+/* L8: the connection went on after a refused close: ACTIVE again. */
+void log_reactivate(waldio_log *pLog);
 
 /* SQLITE_CORRUPT for a log whose block 0 (meta) is damaged: the message
 ** names the log, the damage (wf_block0_damage) and the way out. */
