@@ -168,11 +168,18 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   if( !epoch_matches(pLog, shm0) ){
     drop_cache(pLog);
     /* Another process restarted the log: it may have shrunk the file and
-    ** extended it again through the page cache (L1). */
-    if( new_generation(pLog, shm0) ) pLog->durableEnd = 0;
+    ** extended it again through the page cache (L1): read the size again.
+    ** Within a generation the file only grows (SQLite and waldio cut it only
+    ** when a generation starts, before the first commit of it is published,
+    ** or with the database to themselves), and a growth that physSize misses
+    ** is found by make_durable, which reads the size before it fills: no
+    ** fstat for the commits of other processes in the same generation. */
+    if( new_generation(pLog, shm0) ){
+      pLog->durableEnd = 0;
+      changed = 1;
+    }
     memcpy(pLog->aEpoch, (const void*)shm0, WALINDEX_HDR_BYTES);
     pLog->epochValid = 1;
-    changed = 1;
   }
   pthread_mutex_unlock(&pLog->mutex);
   if( changed && dio_file_size(&pLog->file, &size)==SQLITE_OK ){
