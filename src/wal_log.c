@@ -150,6 +150,13 @@ static int poisoned_error(waldio_log *pLog){
       " it", pLog->zPath);
 }
 
+/* mxFrame: bytes 16-19 of SQLite's WalIndexHdr, native order. */
+static u32 mxFrame_of(const volatile void *shm0){
+  u32 mx;
+  memcpy(&mx, (const u8*)shm0 + 16, 4);
+  return mx;
+}
+
 /* Did the wal-index header move to a new generation (its salts, bytes
 ** 32-39 of SQLite's WalIndexHdr) since the epoch? Unknown counts as yes. */
 static int new_generation(const waldio_log *pLog, const volatile void *shm0){
@@ -177,6 +184,8 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
     if( new_generation(pLog, shm0) ){
       pLog->durableEnd = 0;
       changed = 1;
+    }else if( mxFrame_of(shm0)!=mxFrame_of(pLog->aEpoch) ){
+      pLog->othersSeq = pLog->writeSeq + 1;     /* another process committed */
     }
     memcpy(pLog->aEpoch, (const void*)shm0, WALINDEX_HDR_BYTES);
     pLog->epochValid = 1;
@@ -191,6 +200,15 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   return SQLITE_OK;
 }
 
+int log_others_commit(waldio_log *pLog){
+  int recent;
+  pthread_mutex_lock(&pLog->mutex);
+  recent = pLog->othersSeq!=0
+        && pLog->writeSeq + 1 - pLog->othersSeq<LOG_OTHERS_WRITES;
+  pthread_mutex_unlock(&pLog->mutex);
+  return recent;
+}
+
 void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_lock(&pLog->mutex);
   memcpy(pLog->aEpoch, (const void*)aHdr, WALINDEX_HDR_BYTES);
@@ -202,12 +220,6 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
-/* mxFrame: bytes 16-19 of SQLite's WalIndexHdr, native order. */
-static u32 mxFrame_of(const volatile void *shm0){
-  u32 mx;
-  memcpy(&mx, (const u8*)shm0 + 16, 4);
-  return mx;
-}
 
 /* The end of the snapshot's frames in the file: after mxFrame, or the
 ** file's extent without a wal-index. Mutex held. */

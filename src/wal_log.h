@@ -164,6 +164,9 @@ struct waldio_log {
   int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
+  u64 othersSeq;           /* writeSeq + 1 when this process last found
+                           ** another process's commit in the wal-index
+                           ** (log_begin_write), 0 never: log_others_commit */
   i64 raLo, raHi;          /* the last read-ahead (wal_log.c), for the */
   u8 aRaSnap[12];          /* snapshot (mxFrame, salts) it was made in */
   u32 raMisses;            /* device reads since */
@@ -230,6 +233,15 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0);
 
 /* The wal-index header just published by this process's own commit. */
 void log_publish(waldio_log *pLog, const volatile void *aHdr);
+
+/* Non-zero while other processes commit to the log: one of them appended
+** frames in this generation since this process last wrote or published, at
+** most LOG_OTHERS_WRITES writes of this process ago. Their read
+** transactions then read this process's frames: a commit written through
+** the page cache (LOG_PREALLOC) is there for them, as stock SQLite's are,
+** where a direct write would send each of them to the device (wal_file.c). */
+#define LOG_OTHERS_WRITES 64
+int log_others_commit(waldio_log *pLog);
 
 /* Read logical bytes [lo,hi) of frame (0 <= lo < hi <= page+24) into out:
 ** from the group buffer or the cache of directly written slots (L3), else
