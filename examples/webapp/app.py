@@ -73,6 +73,15 @@ def settings() -> Dict[str, Any]:
     return out
 
 
+def waldio_stats() -> Optional[Dict[str, Any]]:
+    """``PRAGMA waldio_stats`` of this process's connection (None without waldio, or
+    before the connection was opened)."""
+    if _conn is None:
+        return None
+    row = _conn.execute("PRAGMA waldio_stats").fetchone()
+    return json.loads(row[0]) if row else None
+
+
 @app.get("/users/<int:user_id>")
 def user(user_id: int) -> Dict[str, Any]:
     c = db()

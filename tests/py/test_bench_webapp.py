@@ -76,8 +76,14 @@ def test_a_tiny_run_has_every_cell_and_passes_its_checks(tiny: Dict[str, Any]) -
         assert s["repetitions_ok"] == 1 and s["requests_per_s"]["n"] == 1
     waldio_cells = [c for c in doc["cells"] if c["mode"] != "wal-full"]
     for c in waldio_cells:
-        log = c["repetitions"][0]["stop"]["log"]
+        rep = c["repetitions"][0]
+        log = rep["stop"]["log"]
         assert (log["waldio"], log["holds_frames"], log["in_use_guard"]) == (True, False, False)
+        assert rep["waldio_stats"]["frames_written"] > 0      # every worker's, at its exit
+        assert c["summary"]["waldio_per_request"]["flushes"]["median"] > 0
+    for c in doc["cells"]:
+        if c["mode"] == "wal-full":
+            assert c["repetitions"][0]["waldio_stats"] is None
     ratio = {(r["mix"], r["mode"]) for r in doc["ratios"]}
     assert ratio == {(mix, "waldio-full-durable") for mix in W.MIXES}
 

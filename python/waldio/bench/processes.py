@@ -298,8 +298,12 @@ class ProcessBench:
                            "total": "the same start to after every process closed and a final "
                                     "os.sync()"}
         d["cpu"] = ("cpu_s: user + system time of every worker process during its timed run "
-                    "(getrusage); machine_busy: share of all CPUs' time that was busy during "
-                    "the timed window (/proc/stat), other processes included")
+                    "(getrusage), and its context switches (voluntary and involuntary, every "
+                    "thread); machine_busy: share of all CPUs' time that was busy during "
+                    "the timed window (/proc/stat), other processes included; "
+                    "machine_cpu_us_per_txn, context_switches_per_txn: the busy CPU time and "
+                    "context switches of the whole machine (/proc/stat) in that window, per "
+                    "transaction")
         d["modes"] = [{"label": m.label, "mode": m.name, "layout": m.layout,
                        "sqlite": m.sqlite} for m in self.modes]
         d["devices"] = [asdict(x) for x in self.devices]
@@ -426,16 +430,26 @@ class ProcessBench:
             {"index": i, "pid": r["pid"], "open_ns": rd["open_ns"], "done": r["done"],
              "kinds": r["kinds"], "rows": r["rows"], "first_start_ns": r["first_start_ns"],
              "last_end_ns": r["last_end_ns"], "start_late_ns": r["start_late_ns"],
-             "cpu_s": r["cpu_s"], "settings": rd["settings"], "waldio_stats": r["waldio_stats"]}
+             "cpu_s": r["cpu_s"], "context_switches": r.get("context_switches"),
+             "settings": rd["settings"], "waldio_stats": r["waldio_stats"]}
             for i, (rd, r) in enumerate(zip(ready, results))]
         rep["hist"] = {k: histogram.merge(r["hist"][k] for r in results) for k in kinds}
         rep["latency"] = {"all": histogram.summary(histogram.merge(rep["hist"].values())),
                           "kinds": {k: histogram.summary(h) for k, h in rep["hist"].items()}}
         rep["io"] = {"devices": device_windows(self.devices, s0, s1, s2)}
         cpu_s = sum(r["cpu_s"] for r in results)
+        tick = os.sysconf("SC_CLK_TCK")
+        machine_s = (s1.cpu["busy"] - s0.cpu["busy"]) / tick if s0.cpu and s1.cpu else None
+        ctxt = s1.cpu.get("ctxt", 0) - s0.cpu.get("ctxt", 0) if s0.cpu and s1.cpu else None
+        cs = sum(r.get("context_switches", 0) for r in results)
         rep["cpu"] = {"process_cpu_s": round(cpu_s, 6),
                       "cpu_us_per_txn": cpu_s * 1e6 / total if total else None,
-                      "machine_busy": cpu_busy_share(s0.cpu, s1.cpu)}
+                      "process_context_switches_per_txn": cs / total if total else None,
+                      "machine_busy": cpu_busy_share(s0.cpu, s1.cpu),
+                      "machine_cpu_us_per_txn": machine_s * 1e6 / total
+                      if total and machine_s is not None else None,
+                      "context_switches_per_txn": ctxt / total
+                      if total and ctxt is not None else None}
         stats = [r["waldio_stats"] for r in results if r["waldio_stats"]]
         if stats:
             rep["waldio_stats"] = sum_counters(stats)
@@ -522,6 +536,16 @@ class ProcessBench:
                 "log_syncs": per_txn(syncs),
                 "cpu_us": summarize([r["cpu"]["cpu_us_per_txn"] for r in reps
                                      if r["cpu"] and r["cpu"]["cpu_us_per_txn"] is not None]),
+                "machine_cpu_us": summarize([r["cpu"]["machine_cpu_us_per_txn"] for r in reps
+                                             if r["cpu"] and r["cpu"].get(
+                                                 "machine_cpu_us_per_txn") is not None]),
+                "process_context_switches": summarize(
+                    [r["cpu"]["process_context_switches_per_txn"] for r in reps
+                     if r["cpu"] and r["cpu"].get("process_context_switches_per_txn")
+                     is not None]),
+                "context_switches": summarize([r["cpu"]["context_switches_per_txn"]
+                                               for r in reps if r["cpu"] and r["cpu"].get(
+                                                   "context_switches_per_txn") is not None]),
             },
             "machine_busy": summarize([r["cpu"]["machine_busy"] for r in reps
                                        if r["cpu"] and r["cpu"]["machine_busy"] is not None]),

@@ -60,7 +60,7 @@ from .modes import ModeSpec
 from .provenance import timestamp, tool_info
 from .settings import BenchError, Settings
 from .sqlite_env import Opener, SqliteEnv
-from .stats import pair_ratios, summarize
+from .stats import pair_ratios, sum_counters, summarize
 from .target import Target
 from .template import building, reserve_for
 
@@ -217,7 +217,8 @@ class Server:
         """Every worker's settings read back, once all N have opened their connection."""
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            names = [f for f in os.listdir(self.ready_dir) if f.endswith(".json")]
+            names = [f for f in os.listdir(self.ready_dir)
+                     if f.endswith(".json") and not f.endswith(".stats.json")]
             if len(names) >= self.n:
                 break
             if self.proc.poll() is not None:
@@ -232,6 +233,16 @@ class Server:
             with open(os.path.join(self.ready_dir, name)) as f:
                 out.append(json.load(f))
         return out
+
+    def exit_stats(self) -> Optional[Dict[str, Any]]:
+        """PRAGMA waldio_stats of every worker as it exited (gunicorn.conf.py), summed;
+        None without waldio."""
+        stats = []
+        for name in os.listdir(self.ready_dir):
+            if name.endswith(".stats.json"):
+                with open(os.path.join(self.ready_dir, name)) as f:
+                    stats.append(json.load(f))
+        return sum_counters(stats) if stats else None
 
     def stop(self) -> Dict[str, Any]:
         """SIGTERM to the master, as a deployment stops it; its status and how long."""
@@ -278,6 +289,13 @@ def run_wrk(url: str, seconds: int, conns: int, mix: str, users: int, body: int,
     doc["wrk_cpu_s"] = round((r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime), 6)
     doc["argv"] = argv
     return doc
+
+
+def per_request(rep: Dict[str, Any], key: str) -> Optional[float]:
+    """A waldio_stats counter of the whole server life (both wrk runs) per request."""
+    st = rep.get("waldio_stats")
+    n = sum((rep.get(k) or {}).get("requests", 0) for k in ("warm_wrk", "wrk"))
+    return st.get(key, 0) / n if st and n else None
 
 
 class Acked:
@@ -464,6 +482,9 @@ class WebappBench:
                     "(/proc/<pid>/stat) over the window; wrk: its own CPU time; loadavg_before: "
                     "the 1-minute load average as each cell started (other work on the "
                     "machine counts in the machine-wide figures)")
+        d["waldio_stats"] = ("waldio modes: PRAGMA waldio_stats of every worker as it exited "
+                             "(gunicorn's worker_exit), summed: both wrk runs, per request of "
+                             "both; device_reads are log reads the page cache could not serve")
         d["devices"] = [asdict(x) for x in self.devices]
         d["modes"] = [{"label": m.label, "mode": m.name, "layout": m.layout}
                       for m in self.modes]
@@ -503,7 +524,7 @@ class WebappBench:
         rep: Dict[str, Any] = {"index": rnd, "warmup": warm, "ok": False, "error": None,
                                "ops_per_s": None, "commits_per_s": None, "p99_ms": None,
                                "latency_ms": {}, "wrk": None, "warm_wrk": None, "cpu": None,
-                               "io": None, "workers": [], "stop": None,
+                               "io": None, "workers": [], "stop": None, "waldio_stats": None,
                                "checks": {"ok": False, "items": []}}
         safe = spec.label.replace(":", "_").replace("@", "_")
         d = os.path.join(self.root, f"r{rnd}-{mix}-w{n}-{safe}")
@@ -529,6 +550,7 @@ class WebappBench:
             snap1 = Snapshot(self.devices)
             cpu1 = [_proc_cpu_ticks(p) for p in pids]
             rep["stop"] = server.stop()
+            rep["waldio_stats"] = server.exit_stats()
             server = None
             rep["stop"]["log"] = log_state(db)
             acked = Acked()
@@ -674,5 +696,7 @@ class WebappBench:
             "per_commit": {"device_write_bytes": over(dev("write_bytes")),
                            "device_flushes": over(dev("flushes"))},
             "loadavg_before": over(lambda r: r.get("loadavg_before")),
+            "waldio_per_request": {k: over(lambda r, k=k: per_request(r, k)) for k in (
+                "device_reads", "disk_reads", "buffered_writes", "flushes", "group_waits")},
             "ok": bool(cell["repetitions"]) and all(r["ok"] for r in cell["repetitions"]),
         }

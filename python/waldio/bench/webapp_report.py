@@ -145,13 +145,15 @@ def detail_table(doc: Dict[str, Any], mix: str
                  ) -> Tuple[str, List[str], List[List[str]], List[str]]:
     cols = ["workers", "mode", "req/s (min-max)", "p50/p99/p99.9 ms", "commits/s",
             "CPU us/req", "CPU us/commit", "cs/req", "cs/commit", "load before",
-            "KB/commit", "flush/commit", "log after stop (each round)", "check"]
+            "KB/commit", "flush/commit", "log device reads/req", "log syncs/req",
+            "log after stop (each round)", "check"]
     rows = []
     for c in (c for c in doc["cells"] if c["mix"] == mix):
         s = c["summary"] or {}
         lat = s.get("latency_ms") or {}
         cpu = s.get("cpu") or {}
         pc = s.get("per_commit") or {}
+        wpr = s.get("waldio_per_request") or {}
         rows.append([str(c["processes"]), c["mode"], _spread(s.get("requests_per_s")),
                      " / ".join(_ms(lat.get(k)) for k in ("p50", "p99", "p999")),
                      _med(s.get("commits_per_s")),
@@ -162,6 +164,7 @@ def detail_table(doc: Dict[str, Any], mix: str
                      _med(s.get("loadavg_before"), "{:.1f}"),
                      _med(pc.get("device_write_bytes"), "{:.1f}", 1 / 1024),
                      _med(pc.get("device_flushes"), "{:.2f}"),
+                     _med(wpr.get("device_reads"), "{:.2f}"), _med(wpr.get("flushes"), "{:.2f}"),
                      _stop_state(c), check_cell(c["repetitions"])])
     return (f"webapp-{mix}: every cell (medians over measured rounds, min-max in brackets)",
             cols, rows, ["r", "l"] + ["r"] * (len(cols) - 2))
