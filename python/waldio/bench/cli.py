@@ -409,12 +409,8 @@ def run_processes(args: argparse.Namespace) -> int:
                     f"{', '.join(workloads)}; {how}; modes {', '.join(bench.labels)}; "
                     f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
     cells = len(workloads) * len(ps.processes) * len(modes)
-    doc = _run(args, out, err, bench, args.fs_size or ps.fs_size_mib(),
-               (base.warmup + base.repetitions) * cells, t0)
-    if doc is None:
-        return 3
-    return _finish(args, out, doc, summary=PR.print_results, failures=PR.print_failures,
-                   checklist=PR.print_checklist, plot=_plot_processes)
+    return _run_to_finish(args, out, err, bench, args.fs_size or ps.fs_size_mib(),
+                          (base.warmup + base.repetitions) * cells, t0, PR, _plot_processes)
 
 
 def run_webapp(args: argparse.Namespace, mixes: List[str]) -> int:
@@ -454,12 +450,9 @@ def run_webapp(args: argparse.Namespace, mixes: List[str]) -> int:
                     f"{ws.duration_s} s of wrk per cell; modes {', '.join(bench.labels)}; "
                     f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
     cells = len(mixes) * len(ws.processes) * len(modes)
-    doc = _run(args, out, err, bench, args.fs_size or ws.fs_size_mib(),
-               (base.warmup + base.repetitions) * cells, t0)
-    if doc is None:
-        return 3
-    return _finish(args, out, doc, summary=WR.print_results, failures=WR.print_failures,
-                   checklist=WR.print_checklist, plot=lambda d, j, o: [])
+    return _run_to_finish(args, out, err, bench, args.fs_size or ws.fs_size_mib(),
+                          (base.warmup + base.repetitions) * cells, t0, WR,
+                          lambda d, j, o: [])
 
 
 # options of the SQL workload that --workload webapp uses (the others are refused)
@@ -497,6 +490,19 @@ def _run(args: argparse.Namespace, out: Printer, err: Printer, engine: Any, size
         return None
     doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
     return doc
+
+
+def _run_to_finish(args: argparse.Namespace, out: Printer, err: Printer, engine: Any,
+                   size_mib: int, steps: int, t0: float, report: Any,
+                   plot: Callable[[Dict[str, Any], str, str], List[str]]) -> int:
+    """_run, then _finish with a report module's print_results, print_failures and
+    print_checklist; 3 if the run could not start."""
+    doc = _run(args, out, err, engine, size_mib, steps, t0)
+    if doc is None:
+        return 3
+    return _finish(args, out, doc, summary=report.print_results,
+                   failures=report.print_failures, checklist=report.print_checklist,
+                   plot=plot)
 
 
 def _have_matplotlib() -> bool:

@@ -191,7 +191,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
     return out + list(b.get("notes") or [])
 
 
-def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
+def header_params(doc: Dict[str, Any], sqlite_key: Optional[Any] = None) -> Dict[str, Any]:
+    """The parameter header; sqlite_key(mode doc) names where SQLite's parameters were
+    read (default: the mode's build and label)."""
     b = dict(doc["params"]["bench"])
     b.pop("modes", None)
     out: Dict[str, Any] = {"schema_version": doc["schema_version"],
@@ -200,7 +202,8 @@ def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
     for m in doc["modes"]:
         sq = (m.get("params") or {}).get("sqlite")
         if sq:
-            out[f"sqlite ({m['sqlite_build'] or 'apsw'}, read on {m['label']})"] = sq
+            out[sqlite_key(m) if sqlite_key else
+                f"sqlite ({m['sqlite_build'] or 'apsw'}, read on {m['label']})"] = sq
             break
     common = doc["params"].get("common") or {}
     for k in ("filesystem", "device", "system"):

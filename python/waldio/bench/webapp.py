@@ -60,9 +60,11 @@ from .modes import ModeSpec
 from .provenance import timestamp, tool_info
 from .settings import BenchError, Settings
 from .sqlite_env import Opener, SqliteEnv
+from .processes import run_rounds, stock_ratios
 from .stats import pair_ratios, sum_counters, summarize
 from .target import Target
 from .template import building, reserve_for
+from .worker_pool import file_tail
 
 SCHEMA_VERSION = 1
 KIND = "webapp"
@@ -75,7 +77,6 @@ MIX_DOCS = {"read": "read-heavy: 80% GET /users/<id> (3 indexed SELECTs), 10% PO
             "write": "write-heavy: 50% reads, 25% inserts, 25% visit updates"}
 DEFAULT_MODES = ("wal-full", "wal-normal", "waldio-full", "waldio-full-durable",
                  "waldio-full-strict", "waldio-full-async")
-STOCK_REFERENCES = ("wal-full", "wal-normal")
 DEFAULT_DURATION_S = 5
 DEFAULT_USERS = 1000
 DEFAULT_BUSY_TIMEOUT_MS = 5000   # the app's own default
@@ -205,13 +206,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}"
 
     def tail(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 1200))
-                return f.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
+        return file_tail(self.log_path, 1200)
 
     def wait_ready(self) -> List[Dict[str, Any]]:
         """Every worker's settings read back, once all N have opened their connection."""
@@ -374,40 +369,17 @@ class WebappBench:
         for spec in self.modes:
             self.env.ensure(spec.sqlite or "apsw")
         openers = {m.label: Opener(m, s, self.env) for m in self.modes}
-        cells: Dict[Tuple[str, int, str], Dict[str, Any]] = {}
-        for mix in ws.mixes:
-            for n in ws.processes:
-                for m in self.modes:
-                    cells[(mix, n, m.label)] = {"mix": mix, "processes": n, "mode": m.label,
-                                                "repetitions": [], "summary": None}
         mode_docs = {m.label: self._mode_doc(m) for m in self.modes}
-        rounds = s.warmup + s.repetitions
-        total, step = rounds * len(cells), 0
-        for rnd in range(rounds):
-            warm = rnd < s.warmup
-            for mix in ws.mixes:
-                for n in ws.processes:
-                    for spec in self.modes:
-                        step += 1
-                        ev = {"step": step, "total": total, "round": rnd, "warmup": warm,
-                              "mode": f"webapp-{mix} x{n} {spec.label}"}
-                        self.progress(dict(ev, event="start"))
-                        rep = self._run_cell(spec, openers[spec.label], mix, n, rnd, warm,
-                                             mode_docs[spec.label])
-                        cells[(mix, n, spec.label)]["repetitions"].append(rep)
-                        self.progress(dict(ev, event="done", ops_per_s=rep["ops_per_s"],
-                                           ok=rep["ok"], error=rep.get("error")))
+        cells = run_rounds(
+            s.warmup + s.repetitions, s.warmup, ws.mixes, ws.processes, self.modes, "mix",
+            lambda mix: f"webapp-{mix}",
+            lambda spec, mix, n, rnd, warm: self._run_cell(
+                spec, openers[spec.label], mix, n, rnd, warm, mode_docs[spec.label]),
+            self.progress)
         for cell in cells.values():
             cell["summary"] = self._summary(cell)
-        ratios = []
-        for (mix, n, label), cell in cells.items():
-            for ref in STOCK_REFERENCES:
-                if ref in self.labels and ref != label:
-                    base = cells[(mix, n, ref)]["repetitions"]
-                    ratios.append(dict(pair_ratios(cell["repetitions"], base), mix=mix,
-                                       processes=n, mode=label, stock=ref,
-                                       p99=pair_ratios(cell["repetitions"], base,
-                                                       key="p99_ms")))
+        ratios = stock_ratios(cells, self.labels, "mix", lambda reps, base: {
+            "p99": pair_ratios(reps, base, key="p99_ms")})
         return {
             "schema_version": SCHEMA_VERSION,
             "kind": KIND,

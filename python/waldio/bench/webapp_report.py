@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import verdict as V
 from .printer import Printer
+from .processes_report import header_params
 from .report import check_cell, failure_lines, print_parameters
 from .webapp import MIX_DOCS
 
@@ -170,27 +171,6 @@ def detail_table(doc: Dict[str, Any], mix: str
             cols, rows, ["r", "l"] + ["r"] * (len(cols) - 2))
 
 
-def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
-    b = dict(doc["params"]["bench"])
-    b.pop("modes", None)
-    out: Dict[str, Any] = {"schema_version": doc["schema_version"],
-                           "provenance": dict(doc["tool"], _why={}),
-                           "workload": dict(b, _why={})}
-    for m in doc["modes"]:
-        sq = (m.get("params") or {}).get("sqlite")
-        if sq:
-            out[f"sqlite (of the checks, read on {m['label']})"] = sq
-            break
-    common = doc["params"].get("common") or {}
-    for k in ("filesystem", "device", "system"):
-        if k in common:
-            out[k] = common[k]
-    tgt = dict(doc["params"]["target"])
-    tgt.pop("note", None)
-    out["target"] = dict(tgt, _why={})
-    return out
-
-
 def settings_rows(doc: Dict[str, Any]) -> Tuple[str, List[str], List[List[str]]]:
     cols = ["mode", "server environment", "read back in every worker"]
     rows = []
@@ -232,7 +212,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
 
 
 def print_checklist(out: Printer, doc: Dict[str, Any]) -> None:
-    print_parameters(out, header_params(doc), settings_rows(doc), doc["modes"])
+    print_parameters(out, header_params(doc, lambda m: f"sqlite (of the checks, read on "
+                                                       f"{m['label']})"),
+                     settings_rows(doc), doc["modes"])
     for mix in doc["params"]["bench"]["mixes"]:
         out.table(*detail_table(doc, mix))
     for n in notes(doc):
