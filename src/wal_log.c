@@ -220,7 +220,6 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_unlock(&pLog->mutex);
 }
 
-
 /* The end of the snapshot's frames in the file: after mxFrame, or the
 ** file's extent without a wal-index. Mutex held. */
 static i64 snapshot_end(const waldio_log *pLog, const volatile void *shm0,

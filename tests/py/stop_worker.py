@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import signal
 import sqlite3
 import sys
@@ -79,7 +80,7 @@ def main() -> None:
         extra = [first, connect(path)]
         atexit.register(lambda: [c.close() for c in reversed(extra)])
     status = first.execute("PRAGMA waldio").fetchone()
-    print(json.dumps({"pid": __import__("os").getpid(),
+    print(json.dumps({"pid": os.getpid(),
                       "waldio": json.loads(status[0]) if status else None}), flush=True)
     seq = 0
     while alive:

@@ -15,6 +15,7 @@ Skipped where wrk, Flask or gunicorn is missing (``.ci/apt-packages``, ``pip ins
 from __future__ import annotations
 
 import copy
+import importlib.util
 import json
 import shutil
 import sys
@@ -35,7 +36,7 @@ from waldio.bench.runner import process_env  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("wrk") is None or not all(
-        __import__("importlib").util.find_spec(m) for m in ("flask", "gunicorn")),
+        importlib.util.find_spec(m) for m in ("flask", "gunicorn")),
     reason="needs wrk (apt-get install wrk), Flask and gunicorn (pip install -e .[webapp])")
 
 MODES = ["wal-full", "waldio-full-durable"]
