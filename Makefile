@@ -27,7 +27,7 @@ DEPS_STAMP = $(BUILD)/.python-deps
 deps: $(DEPS_STAMP)
 
 $(DEPS_STAMP): pyproject.toml
-	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test,plot]'
+	$(PYTHON) -m pip install -q --disable-pip-version-check -e '.[test,plot,webapp]'
 	@mkdir -p $(BUILD) && touch $@
 
 demo: build deps

@@ -261,10 +261,23 @@ static int dbFileSize(sqlite3_file *f, sqlite3_int64 *pSize){
   t_lastDb = D(f);
   return ORIGFILE(f)->pMethods->xFileSize(ORIGFILE(f), pSize);
 }
+static int try_exclusive(void *f){
+  return ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), SQLITE_LOCK_EXCLUSIVE);
+}
 static int dbLock(sqlite3_file *f, int level){
   int rc;
   t_lastDb = D(f);
   rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
+  /* Refused, a close (or a journal-mode switch) of a connection with the
+  ** log open waits for the closes of other processes (wal_log.h L8). Not in
+  ** the standard layout: a stock process (Litestream holds one for good)
+  ** would make every close wait, and a log left with its frames there is
+  ** SQLite's own, which stock SQLite and the next opener recover as ever. */
+  if( rc==SQLITE_BUSY && level==SQLITE_LOCK_EXCLUSIVE && D(f)->pWal
+   && !D(f)->nativeShm ){
+    rc = log_last_close_lock(&D(f)->pVfs->registry, D(f)->pWal->pLog,
+                             try_exclusive, f);
+  }
   if( rc==SQLITE_OK ) D(f)->lockLevel = level;
   if( rc==SQLITE_OK && level==SQLITE_LOCK_SHARED ) waldio_reserve_decide(D(f));
   /* Leaving WAL mode takes the database exclusively: refused, the switch
@@ -275,6 +288,8 @@ static int dbLock(sqlite3_file *f, int level){
 static int dbUnlock(sqlite3_file *f, int level){
   int rc = ORIGFILE(f)->pMethods->xUnlock(ORIGFILE(f), level);
   if( rc==SQLITE_OK ) D(f)->lockLevel = level;
+  /* Back to SHARED, not closing: the connection goes on (L8). */
+  if( level==SQLITE_LOCK_SHARED && D(f)->pWal ) log_reactivate(D(f)->pWal->pLog);
   return rc;
 }
 static int dbCheckReservedLock(sqlite3_file *f, int *pOut){

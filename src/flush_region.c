@@ -14,6 +14,14 @@
 ** is in a MAP_SHARED file mapping, so the kernel keys it by file and offset
 ** and wakes a waiter in any process. The sleep is bounded (WAIT_SLICE_MS):
 ** a leader killed between its flush and its wake-up leaves nobody asleep.
+** A flush wakes nobody while no connection waits (`waiters` is 0): the
+** flushes of processes outside group commit (a commit's own, F5's
+** checkpoint syncs) then cost no FUTEX_WAKE per ticket they cover. A
+** waiter counts itself before it reads `durable`, a flusher reads the count
+** after it raised `durable` (both sequentially consistent): a waiter the
+** flusher does not see reads the new `durable` and does not sleep. A
+** waiter killed inside its wait leaves the count raised: flushes then wake
+** as if someone waited, until the region is recreated.
 **
 ** Leading, inside one process: a thread leads only while it holds the
 ** log's leaderMutex (tried, never waited for, so threads of this process
@@ -110,6 +118,7 @@ static void wake_slot(volatile flush_region *r, u64 ticket){
 ** leads the next flush. */
 static void wake_durable(volatile flush_region *r, u64 from, u64 upto){
   u64 t, last = upto - from>FLUSH_WAKE_SLOTS ? from + FLUSH_WAKE_SLOTS : upto;
+  if( !load32(&r->waiters) ) return;          /* nobody to wake (see above) */
   for(t=from+1; t<=last; t++) wake_slot(r, t);
   if( load64(&r->written)>upto ) wake_slot(r, upto + 1);
 }
@@ -127,7 +136,8 @@ void flush_region_covered(volatile flush_region *r, u64 upto){
 void flush_region_self_durable(volatile flush_region *r, u64 ticket){
   u64 before = ticket - 1;
   if( __atomic_compare_exchange_n(&r->durable, &before, ticket, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ){
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+   && load32(&r->waiters) ){
     wake_slot(r, ticket);
   }
 }
@@ -315,14 +325,11 @@ static int unled_too_long(volatile flush_region *r, i64 waitingSince){
       || now - waitingSince>=(i64)STUCK_MS * 1000;
 }
 
-int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+static int wait_counted(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   volatile u32 *w = wake_word(r, ticket);
   u32 seen;
   int rc;
-  i64 since;
-  if( load64(&r->durable)>=ticket ) return SQLITE_OK;
-  log_count_group(pLog, LOG_GROUP_WAIT);
-  since = now_us();
+  i64 since = now_us();
   for(;;){
     seen = load32(w);
     if( load64(&r->durable)>=ticket ) return SQLITE_OK;
@@ -335,4 +342,14 @@ int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
     }
     sleep_on(w, seen);
   }
+}
+
+int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+  int rc;
+  if( load64(&r->durable)>=ticket ) return SQLITE_OK;
+  log_count_group(pLog, LOG_GROUP_WAIT);
+  __atomic_add_fetch(&r->waiters, 1, __ATOMIC_SEQ_CST);    /* before `durable` */
+  rc = wait_counted(pLog, r, ticket);
+  __atomic_sub_fetch(&r->waiters, 1, __ATOMIC_SEQ_CST);
+  return rc;
 }

@@ -98,6 +98,8 @@ typedef struct flush_region {
   u64 flushes;         /* flushes made for waiters, all processes */
   u32 aWake[FLUSH_WAKE_SLOTS];   /* ticket t sleeps on aWake[t % SLOTS] */
   u64 flushing;        /* the largest `written` a flush began with */
+  u32 waiters;         /* connections inside flush_region_wait: a flush
+                       ** wakes nobody while it is 0 (flush_region.c) */
 } flush_region;
 
 /* Check (and claim, when zeroed) a region this connection just mapped,

@@ -226,11 +226,6 @@ static int std_write_direct(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
   }
   if( rc==SQLITE_OK ){
     log_last_block_put(pLog, hi - B, img + len - B);
-    /* The direct write dropped the block from the page cache; where other
-    ** processes commit too, the next commit is likely theirs and reads
-    ** this block back (T2): have the kernel read it again now, off the
-    ** critical path, instead of then. */
-    if( off + (i64)n<hi && log_others_write(pLog) ) dio_prefetch(&pLog->file, hi - B, B);
   }else{
     log_last_block_put(pLog, -1, 0);
   }

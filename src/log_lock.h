@@ -35,10 +35,16 @@
 **                  before the flusher returns.
 **   LOG_LOCK_LEADER2 the same, for a second flush that starts while the
 **                  first is under way, for commits the first does not cover.
+**   LOG_LOCK_ACTIVE shared by every process that has the log open and is not
+**                  closing it: taken with USE, given up when SQLite's close of
+**                  the process's last connection is refused the database
+**                  lock it checkpoints under (log_open.c, the last close).
+**   LOG_LOCK_CLOSER exclusive while one such refused closer waits for the
+**                  other closers to leave; only ever tried.
 **
 ** Lock order: INIT, then USE. USE is only ever *tried* (no wait) while INIT
-** is held, so no two processes can wait for each other. KNOCK and LEADER
-** are never waited for.
+** is held, so no two processes can wait for each other. KNOCK, LEADER,
+** ACTIVE and CLOSER are never waited for.
 */
 #ifndef WALDIO_LOG_LOCK_H
 #define WALDIO_LOG_LOCK_H
@@ -46,7 +52,8 @@
 #include "syscalls.h"
 
 enum { LOG_LOCK_INIT = 0, LOG_LOCK_USE = 1, LOG_LOCK_KNOCK = 2,
-       LOG_LOCK_LEADER = 3, LOG_LOCK_LEADER2 = 4 };
+       LOG_LOCK_LEADER = 3, LOG_LOCK_LEADER2 = 4, LOG_LOCK_ACTIVE = 5,
+       LOG_LOCK_CLOSER = 6 };
 enum { LOG_UNLOCKED = 0, LOG_SHARED = 1, LOG_EXCLUSIVE = 2 };
 
 /* Set lock `which` to `mode` without waiting. Returns 0, EAGAIN if another

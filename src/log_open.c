@@ -271,6 +271,7 @@ static int attach_locked(waldio_log *pLog, const log_request *req){
     if( rc==SQLITE_OK ) rc = init_file(pLog, req);
     if( rc==SQLITE_OK ){
       err = log_lock(sys, fd, LOG_LOCK_USE, LOG_SHARED);
+      if( err==0 ) err = log_lock(sys, fd, LOG_LOCK_ACTIVE, LOG_SHARED);   /* L8 */
       if( err==EAGAIN ){
         rc = ATTACH_RETRY;
       }else if( err ){
@@ -279,6 +280,7 @@ static int attach_locked(waldio_log *pLog, const log_request *req){
     }
     if( rc!=SQLITE_OK && rc!=ATTACH_RETRY ){
       log_lock(sys, fd, LOG_LOCK_USE, LOG_UNLOCKED);
+      log_lock(sys, fd, LOG_LOCK_ACTIVE, LOG_UNLOCKED);
     }
     log_lock(sys, fd, LOG_LOCK_INIT, LOG_UNLOCKED);
     if( rc!=ATTACH_RETRY ) break;
@@ -398,6 +400,58 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
                       " opened", zPath);
   }
   return rc;
+}
+
+/* ------------------------------------------------------- the last close */
+
+/* L8. SQLite (sqlite3WalClose) checkpoints and empties the log only in a
+** close that gets the database lock exclusively, tried once, without the
+** busy handler. When the workers of a server stop together, their closes
+** overlap: each refused one holds its shared lock through its own close (a
+** flush, in async mode: 10-60 ms measured with 8 gunicorn workers) and so
+** refuses the next, and often nobody is let in -- the log then keeps its
+** frames and its guard, which stock SQLite cannot open. Here one refused
+** closer waits for the others instead, but only while every other process
+** that has the log open is closing too (none holds ACTIVE): a process that
+** is merely using the database makes a close return at once, as before.
+** The other refused closers give up at once (they cannot get CLOSER), so
+** that no two wait for each other's shared lock. The kernel releases the
+** locks of a process that dies, so a killed closer is not waited for;
+** one that is stopped is waited for CLOSE_WAIT_MS at most. */
+#define CLOSE_WAIT_MS 2000
+
+int log_last_close_lock(log_registry *r, waldio_log *pLog,
+                        int (*xTry)(void*), void *pArg){
+  const waldio_syscalls *sys = pLog->sys;
+  int fd = pLog->file.fd, last, waited, rc = SQLITE_BUSY;
+  if( log_inherited(pLog) || pLog->file.readonly ) return SQLITE_BUSY;
+  pthread_mutex_lock(&r->mutex);
+  last = pLog->nRef==1;          /* else this process's next close is later */
+  pthread_mutex_unlock(&r->mutex);
+  if( !last ) return SQLITE_BUSY;
+  pthread_mutex_lock(&pLog->mutex);
+  __atomic_store_n(&pLog->inactive, 1, __ATOMIC_RELAXED);
+  log_lock(sys, fd, LOG_LOCK_ACTIVE, LOG_UNLOCKED);
+  pthread_mutex_unlock(&pLog->mutex);
+  if( log_lock(sys, fd, LOG_LOCK_CLOSER, LOG_EXCLUSIVE) ) return SQLITE_BUSY;
+  for(waited=0; waited<CLOSE_WAIT_MS; waited++){
+    if( log_lock_held_elsewhere(sys, fd, LOG_LOCK_ACTIVE, LOG_EXCLUSIVE) ) break;
+    usleep(1000);
+    rc = xTry(pArg);
+    if( rc!=SQLITE_BUSY ) break;
+  }
+  log_lock(sys, fd, LOG_LOCK_CLOSER, LOG_UNLOCKED);
+  return rc;
+}
+
+void log_reactivate(waldio_log *pLog){
+  if( !__atomic_load_n(&pLog->inactive, __ATOMIC_RELAXED) ) return;   /* usual */
+  pthread_mutex_lock(&pLog->mutex);
+  if( pLog->inactive && !log_inherited(pLog)
+   && log_lock(pLog->sys, pLog->file.fd, LOG_LOCK_ACTIVE, LOG_SHARED)==0 ){
+    __atomic_store_n(&pLog->inactive, 0, __ATOMIC_RELAXED);
+  }
+  pthread_mutex_unlock(&pLog->mutex);
 }
 
 /* The last close after a clean checkpoint (wal_layout.h xCloseClean), under

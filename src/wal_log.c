@@ -53,7 +53,6 @@
 #define GROW_MIN   (256LL << 10)
 #define RA_MISSES  8
 #define RA_MAX     (32LL << 20)
-#define FOREIGN_RECENT 64     /* log_others_write: within this many writes */
 
 i64 log_round_up(i64 x, i64 unit){ return (x + unit - 1) / unit * unit; }
 
@@ -118,15 +117,6 @@ static void drop_cache(waldio_log *pLog){
   pLog->lastBlockOff = -1;
 }
 
-int log_others_write(waldio_log *pLog){
-  int recent;
-  pthread_mutex_lock(&pLog->mutex);
-  recent = pLog->foreignWrites!=0
-        && pLog->stats.log_writes + 1 - pLog->foreignWrites < FOREIGN_RECENT;
-  pthread_mutex_unlock(&pLog->mutex);
-  return recent;
-}
-
 int log_last_block_get(waldio_log *pLog, i64 off, u8 *out){
   int have;
   pthread_mutex_lock(&pLog->mutex);
@@ -156,6 +146,13 @@ static int poisoned_error(waldio_log *pLog){
       " it", pLog->zPath);
 }
 
+/* mxFrame: bytes 16-19 of SQLite's WalIndexHdr, native order. */
+static u32 mxFrame_of(const volatile void *shm0){
+  u32 mx;
+  memcpy(&mx, (const u8*)shm0 + 16, 4);
+  return mx;
+}
+
 /* Did the wal-index header move to a new generation (its salts, bytes
 ** 32-39 of SQLite's WalIndexHdr) since the epoch? Unknown counts as yes. */
 static int new_generation(const waldio_log *pLog, const volatile void *shm0){
@@ -173,13 +170,21 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   }
   if( !epoch_matches(pLog, shm0) ){
     drop_cache(pLog);
-    pLog->foreignWrites = pLog->stats.log_writes + 1;
     /* Another process restarted the log: it may have shrunk the file and
-    ** extended it again through the page cache (L1). */
-    if( new_generation(pLog, shm0) ) pLog->durableEnd = 0;
+    ** extended it again through the page cache (L1): read the size again.
+    ** Within a generation the file only grows (SQLite and waldio cut it only
+    ** when a generation starts, before the first commit of it is published,
+    ** or with the database to themselves), and a growth that physSize misses
+    ** is found by make_durable, which reads the size before it fills: no
+    ** fstat for the commits of other processes in the same generation. */
+    if( new_generation(pLog, shm0) ){
+      pLog->durableEnd = 0;
+      changed = 1;
+    }else if( mxFrame_of(shm0)!=mxFrame_of(pLog->aEpoch) ){
+      pLog->othersSeq = pLog->writeSeq + 1;     /* another process committed */
+    }
     memcpy(pLog->aEpoch, (const void*)shm0, WALINDEX_HDR_BYTES);
     pLog->epochValid = 1;
-    changed = 1;
   }
   pthread_mutex_unlock(&pLog->mutex);
   if( changed && dio_file_size(&pLog->file, &size)==SQLITE_OK ){
@@ -191,6 +196,15 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
   return SQLITE_OK;
 }
 
+int log_others_commit(waldio_log *pLog){
+  int recent;
+  pthread_mutex_lock(&pLog->mutex);
+  recent = pLog->othersSeq!=0
+        && pLog->writeSeq + 1 - pLog->othersSeq<LOG_OTHERS_WRITES;
+  pthread_mutex_unlock(&pLog->mutex);
+  return recent;
+}
+
 void log_publish(waldio_log *pLog, const volatile void *aHdr){
   pthread_mutex_lock(&pLog->mutex);
   memcpy(pLog->aEpoch, (const void*)aHdr, WALINDEX_HDR_BYTES);
@@ -200,13 +214,6 @@ void log_publish(waldio_log *pLog, const volatile void *aHdr){
     pLog->syncedValid = 1;
   }
   pthread_mutex_unlock(&pLog->mutex);
-}
-
-/* mxFrame: bytes 16-19 of SQLite's WalIndexHdr, native order. */
-static u32 mxFrame_of(const volatile void *shm0){
-  u32 mx;
-  memcpy(&mx, (const u8*)shm0 + 16, 4);
-  return mx;
 }
 
 /* The end of the snapshot's frames in the file: after mxFrame, or the

@@ -49,6 +49,17 @@
 **       a time, with the size re-checked once the mutex is held: two
 **       writers (a group flusher and a spilling transaction) never zero-fill
 **       the same range, so a fill never lands on frames just written.
+**   L8  Processes that close together leave a clean log (log_open.c, "the
+**       last close"): SQLite checkpoints and empties the log only in the
+**       close that gets the database lock exclusively, which any other
+**       connection's shared lock refuses. Every process holds LOG_LOCK_ACTIVE
+**       shared until the close of its last connection is refused that lock;
+**       then, while no other process holds ACTIVE (all are closing), one
+**       refused closer (LOG_LOCK_CLOSER) retries for a bounded time instead
+**       of holding its own lock through a close that refuses the next one.
+**       A connection that goes on after a refusal takes ACTIVE again.
+**       Slotted layouts only (db_file.c): in the standard layout stock
+**       processes, which hold no ACTIVE, share the database.
 */
 #ifndef WALDIO_WAL_LOG_H
 #define WALDIO_WAL_LOG_H
@@ -163,8 +174,9 @@ struct waldio_log {
   int syncedValid;
   u64 writeSeq;            /* L2 */
   u64 flushedSeq;
-  u64 foreignWrites;       /* stats.log_writes + 1 when another process's
-                           ** publication was last seen; 0: never */
+  u64 othersSeq;           /* writeSeq + 1 when this process last found
+                           ** another process's commit in the wal-index
+                           ** (log_begin_write), 0 never: log_others_commit */
   u8 *aLastBlock;          /* the last block a direct write of this */
   i64 lastBlockOff;        /*   process covered, as written; -1: none
                            **   (layout_standard.c T2) */
@@ -175,6 +187,7 @@ struct waldio_log {
                            ** (LOG_ARM): the flusher, a close or an exit
                            ** flushes up to it */
   int poisoned;            /* L4 */
+  int inactive;            /* L8: ACTIVE given up (a close was refused) */
   waldio_stats stats;
   log_flusher *pFlusher;
   log_group group;         /* group commit state (log_group.h) */
@@ -197,6 +210,16 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
 ** LOG_CLOSE_DIRTY: anything else; the log stays as it is. */
 #define LOG_CLOSE_DIRTY (-1)
 int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep);
+
+/* L8: SQLite's close of a connection asked for the database exclusively
+** (xTry(pArg), an SQLite result code) and was refused. If it is this
+** process's last connection to the log, wait for the other processes'
+** closes as L8 says. Returns SQLITE_OK once xTry succeeded, else SQLITE_BUSY
+** (the close leaves the log to a later one, as it would have). */
+int log_last_close_lock(log_registry *r, waldio_log *pLog,
+                        int (*xTry)(void*), void *pArg);
+/* L8: the connection went on after a refused close: ACTIVE again. */
+void log_reactivate(waldio_log *pLog);
 
 /* SQLITE_CORRUPT for a log whose block 0 (meta) is damaged: the message
 ** names the log, the damage (wf_block0_damage) and the way out. */
@@ -223,6 +246,15 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0);
 
 /* The wal-index header just published by this process's own commit. */
 void log_publish(waldio_log *pLog, const volatile void *aHdr);
+
+/* Non-zero while other processes commit to the log: one of them appended
+** frames in this generation since this process last wrote or published, at
+** most LOG_OTHERS_WRITES writes of this process ago. Their read
+** transactions then read this process's frames: a commit written through
+** the page cache (LOG_PREALLOC) is there for them, as stock SQLite's are,
+** where a direct write would send each of them to the device (wal_file.c). */
+#define LOG_OTHERS_WRITES 64
+int log_others_commit(waldio_log *pLog);
 
 /* Read logical bytes [lo,hi) of frame (0 <= lo < hi <= page+24) into out:
 ** from the group buffer or the cache of directly written slots (L3), else
@@ -269,9 +301,6 @@ int log_write_bytes(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
 ** or 0 if it has none that is still trusted (L3); put: remember it (off
 ** -1 forgets). */
 int log_last_block_get(waldio_log *pLog, i64 off, u8 *out);
-/* Non-zero if another process published commits within this process's
-** last few writes: the next write is likely another process's too. */
-int log_others_write(waldio_log *pLog);
 void log_last_block_put(waldio_log *pLog, i64 off, const u8 *img);
 
 /* SQLite wrote its 32-byte WAL header: a new generation begins. */

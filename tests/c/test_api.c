@@ -33,6 +33,11 @@ static void test_register(void){
   CHECK(sqlite3_vfs_find("waldio-pad")!=0);
   CHECK_EQ(waldio_unregister("waldio-pad"), SQLITE_OK);
   CHECK(sqlite3_vfs_find("waldio-pad")==0);
+  o.group = WALDIO_GROUP_STRICT;               /* every group mode registers */
+  CHECK_EQ(waldio_register("waldio-strict", 0, &o), SQLITE_OK);
+  CHECK_EQ(waldio_unregister("waldio-strict"), SQLITE_OK);
+  o.group = WALDIO_GROUP_STRICT + 1;
+  CHECK_EQ(waldio_register("waldio-bad", 0, &o), SQLITE_MISUSE);
   CHECK_EQ(waldio_unregister("unix"), SQLITE_ERROR);
 }
 

@@ -19,7 +19,10 @@
 **              killed inside a flush it leads: the children that outlive it
 **              do not keep the leader lock held;
 **   restart    a saturating load of group commits still restarts the log
-**              (src/restart_assist.c): it does not grow without bound.
+**              (src/restart_assist.c): it does not grow without bound;
+**   wakes      the flushes of processes outside group commit wake nobody
+**              (no waiter: every wake word untouched), and the count of
+**              waiters is back to 0 once durable committers are done.
 **
 ** Every child reports each acknowledged commit (its number) on a pipe, so
 ** the parent knows exactly what must survive. Rows are (who, n).
@@ -29,6 +32,7 @@
 #include "test_layout.h"
 #include "waldio.h"
 #include "log_lock.h"
+#include "flush_region.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -663,6 +667,60 @@ static void test_fork_while_leading(void){
   while( waitpid(-pLeader, &status, 0)>0 ){}
 }
 
+/* ----------------------------------------------------------------- wakes */
+
+/* A copy of the flush region (region 0 of <db>-wal-shm) as the processes
+** left it; 0 if it cannot be read. */
+static int read_region(flush_region *pOut){
+  char zShm[600];
+  int fd, ok;
+  snprintf(zShm, sizeof(zShm), "%s-wal-shm", g_db);
+  fd = open(zShm, O_RDONLY);
+  if( fd<0 ) return 0;
+  ok = pread(fd, pOut, sizeof(*pOut), 0)==(ssize_t)sizeof(*pOut);
+  close(fd);
+  return ok && pOut->magic==FLUSH_REGION_MAGIC;
+}
+
+static u32 wake_words(const flush_region *r){
+  u32 sum = 0;
+  int i;
+  for(i=0; i<FLUSH_WAKE_SLOTS; i++) sum += r->aWake[i];
+  return sum;
+}
+
+static void run_writers(int np, const char *zGroup, int n){
+  pid_t aPid[8];
+  int aFd[8], i;
+  for(i=0; i<np; i++) aPid[i] = spawn_writer(i, zGroup, "FULL", n, HOOK_NONE, 0, &aFd[i]);
+  for(i=0; i<np; i++){
+    CHECK_EQ(wait_exit(aPid[i], 60), 0);
+    CHECK_EQ(acked(aFd[i]), n);
+  }
+}
+
+/* The region is read from the file once every writer has closed: nothing
+** clears it then (the next opener starts it afresh). */
+static void test_wakes(void){
+  flush_region r;
+  sqlite3 *db;
+  fresh_db();
+  run_writers(3, "off", 60);
+  CHECK(read_region(&r));
+  CHECK(r.written>=180 && r.durable==r.written);
+  CHECK_EQ(r.waiters, 0);
+  CHECK_EQ(wake_words(&r), 0);        /* nobody waited: nobody was woken */
+  fresh_db();
+  run_writers(4, "durable", 60);
+  CHECK(read_region(&r));
+  CHECK_EQ(r.waiters, 0);             /* every wait counted itself out */
+  CHECK_EQ(r.durable, r.written);
+  db = open_db("off", "FULL");
+  CHECK_EQ(query_int(db, "SELECT count(*) FROM t"), 4*60);
+  check_integrity(db);
+  sqlite3_close(db);
+}
+
 int main(void){
   char zDir[300];
   static const int aNp[] = { 2, 4, 8, 16 };
@@ -694,6 +752,8 @@ int main(void){
   test_long_log_restarts();
   fprintf(stderr, "  fork while leading, then killed\n");
   test_fork_while_leading();
+  fprintf(stderr, "  flushes without waiters wake nobody\n");
+  test_wakes();
   remove_db(g_db);
   rmdir(zDir);
   return CHECK_DONE();

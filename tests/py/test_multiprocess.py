@@ -112,6 +112,63 @@ def test_processes_opening_together_after_a_clean_close(sqlite: Any, dbdir: Path
     assert answers == [{"rows": wl.ACCOUNTS}] * 6
 
 
+OTHERS_WRITES = 64        # src/wal_log.h LOG_OTHERS_WRITES
+
+
+def test_full_commits_go_through_the_page_cache_while_others_commit(sqlite: Any,
+                                                                     dbdir: Path) -> None:
+    """waldio full (no group commit) writes a commit directly while no other process
+    commits; once another one does, its commits go through the page cache into the
+    preallocated log, where the other process's reads find them (issue 27: each of
+    those reads went to the device, inside SQLite's write lock when a writer made
+    it); after LOG_OTHERS_WRITES writes of its own with nobody else's, directly
+    again. Every commit stays visible to the other process at once."""
+    path = dbdir / "f.db"
+    conn = sqlite.waldio(path)
+    wl.setup(conn)
+    peer = Peer(sqlite.name, path)
+
+    def stats(c: Any = None) -> Dict[str, int]:
+        rows = peer.sql("PRAGMA waldio_stats")["rows"] if c is None \
+            else conn.execute("PRAGMA waldio_stats")
+        return json.loads(rows[0][0])
+
+    def commit(n: int, k: int) -> None:
+        for _ in range(n):
+            conn.execute("INSERT INTO t(k, v) VALUES(?, zeroblob(3000))", (k,))
+
+    def peer_scan() -> int:
+        peer.sql("SELECT count(*) FROM acct")                # its log is open
+        before = stats()["device_reads"]
+        assert peer.sql("SELECT count(*) FROM t")["rows"][0][0] == \
+            conn.execute("SELECT count(*) FROM t")[0][0]
+        peer.sql("SELECT sum(length(v)) FROM t")
+        return stats()["device_reads"] - before
+
+    try:
+        peer_scan()
+        alone = stats(conn)
+        commit(20, 1)                                        # nobody else commits
+        after = stats(conn)
+        assert after["buffered_writes"] == alone["buffered_writes"]
+        assert after["frames_written"] - alone["frames_written"] >= 20
+        assert peer_scan() > 0, "the peer read this process's direct frames from the device"
+        peer.sql("INSERT INTO t(k, v) VALUES(2, zeroblob(3000))")   # another process commits
+        commit(20, 3)
+        shared = stats(conn)
+        assert shared["buffered_writes"] - after["buffered_writes"] == 20
+        assert peer_scan() == 0, "the peer found those commits in the page cache"
+        commit(OTHERS_WRITES - 20 + 10, 4)                  # alone again: direct again
+        later = stats(conn)
+        assert later["buffered_writes"] - after["buffered_writes"] == OTHERS_WRITES
+        commit(5, 5)
+        assert stats(conn)["buffered_writes"] == later["buffered_writes"]
+        assert conn.execute("PRAGMA integrity_check") == [("ok",)]
+    finally:
+        peer.close()
+        conn.close()
+
+
 WRITER = textwrap.dedent("""
     import atexit, shutil, sys, time
     sys.path.insert(0, %(here)r)

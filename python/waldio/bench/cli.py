@@ -45,6 +45,7 @@ from .printer import Printer, progress_reporter
 from .process_workloads import parse_workloads as parse_process_workloads
 from .processes import DEFAULT_MODES as DEFAULT_PROCESS_MODES
 from .runner import process_env
+from . import webapp as W
 
 EXAMPLES = """\
 examples:
@@ -160,7 +161,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         "--prepopulate its rows; default modes "
                         + ",".join(DEFAULT_PROCESS_MODES))
     g.add_argument("--duration", type=float_above_zero, metavar="SECONDS",
-                   help="with --processes: how long every process runs per cell (default 2)")
+                   help="with --processes: how long every process runs per cell (default 2; "
+                        "--workload webapp: wrk's timed run, whole seconds, default 5)")
+    g.add_argument("--connections", type=int, metavar="N",
+                   help="with --workload webapp (a Flask app under gunicorn with --processes "
+                        "workers, driven by wrk; examples/webapp): wrk connections per "
+                        "worker process (default 4)")
 
     g = p.add_argument_group("speedtest1 (--workload speedtest1: SQLite's own benchmark, stock and "
                              "waldio side by side)")
@@ -359,6 +365,14 @@ def run_processes(args: argparse.Namespace) -> int:
     from waldio.bench import processes as P
     from waldio.bench import processes_report as PR
     parser: argparse.ArgumentParser = args._parser
+    try:
+        mixes = W.parse_mixes(args.phases or [])
+    except ValueError as e:
+        parser.error(str(e))
+    if mixes is not None:
+        return run_webapp(args, mixes)
+    if args.connections is not None:
+        parser.error("--connections applies to --workload webapp only")
     given = [a for a in SETTING_ARGS if a not in PROCESS_ARGS and getattr(args, a) is not None]
     given += [a for a, v in (("baseline", args.baseline), ("reader_scans", args.reader_scans),
                              ("loop", args.loop if args.loop != "native" else None),
@@ -401,12 +415,56 @@ def run_processes(args: argparse.Namespace) -> int:
                     f"{', '.join(workloads)}; {how}; modes {', '.join(bench.labels)}; "
                     f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
     cells = len(workloads) * len(ps.processes) * len(modes)
-    doc = _run(args, out, err, bench, args.fs_size or ps.fs_size_mib(),
-               (base.warmup + base.repetitions) * cells, t0)
-    if doc is None:
-        return 3
-    return _finish(args, out, doc, summary=PR.print_results, failures=PR.print_failures,
-                   checklist=PR.print_checklist, plot=_plot_processes)
+    return _run_to_finish(args, out, err, bench, args.fs_size or ps.fs_size_mib(),
+                          (base.warmup + base.repetitions) * cells, t0, PR, _plot_processes)
+
+
+def run_webapp(args: argparse.Namespace, mixes: List[str]) -> int:
+    """``waldio bench --workload webapp --processes``: :mod:`.webapp`, printed by
+    :mod:`.webapp_report`."""
+    from waldio.bench import webapp_report as WR
+    parser: argparse.ArgumentParser = args._parser
+    given = [a for a in SETTING_ARGS if a not in WEBAPP_ARGS and getattr(args, a) is not None]
+    if args.baseline is not None:
+        given.append("baseline")
+    if given:
+        parser.error(f"--workload webapp: {', '.join('--' + g.replace('_', '-') for g in given)} "
+                     f"do not apply (docs/bench.md, 'A web app')")
+    try:
+        overrides = {k: getattr(args, k) for k in WEBAPP_ARGS
+                     if k not in ("phases", "prepopulate")}
+        overrides.update(layout=args.layout, sqlite=args.sqlite)
+        if overrides.get("repetitions") is None:
+            overrides["repetitions"] = 3
+        if overrides.get("busy_timeout_ms") is None:
+            overrides["busy_timeout_ms"] = W.DEFAULT_BUSY_TIMEOUT_MS
+        base = B.resolve_settings(None, overrides)
+        ws = W.WebappSettings(
+            base=base, processes=args.processes, mixes=mixes,
+            duration_s=args.duration or W.DEFAULT_DURATION_S,
+            users=args.prepopulate or W.DEFAULT_USERS,
+            connections_per_worker=args.connections or W.CONNECTIONS_PER_WORKER)
+        modes = B.parse_modes(args.modes or ",".join(W.DEFAULT_MODES), args.layout, args.sqlite)
+        bench = W.WebappBench(ws, modes, process_env())
+    except (ValueError, B.BenchError) as e:
+        parser.error(str(e))
+    out, err = _printers(args)
+    t0 = time.perf_counter()
+    if not args.quiet:
+        out.wrapped(f"waldio bench --workload webapp --processes "
+                    f"{','.join(map(str, ws.processes))}: mixes {', '.join(mixes)}; "
+                    f"{ws.duration_s} s of wrk per cell; modes {', '.join(bench.labels)}; "
+                    f"{base.warmup} warm-up + {base.repetitions} measured rounds, interleaved")
+    cells = len(mixes) * len(ws.processes) * len(modes)
+    return _run_to_finish(args, out, err, bench, args.fs_size or ws.fs_size_mib(),
+                          (base.warmup + base.repetitions) * cells, t0, WR,
+                          lambda d, j, o: [])
+
+
+# options of the SQL workload that --workload webapp uses (the others are refused)
+WEBAPP_ARGS = ("phases", "record_size", "prepopulate", "seed", "repetitions", "warmup",
+               "page_size", "stock_reserve", "flush_ms", "prealloc", "group_ms", "group_bytes",
+               "busy_timeout_ms")
 
 
 # options of the SQL workload that --processes uses (the others are refused)
@@ -441,6 +499,19 @@ def _run(args: argparse.Namespace, out: Printer, err: Printer, engine: Any, size
         return None
     doc["tool"]["wall_s"] = round(time.perf_counter() - t0, 3)
     return doc
+
+
+def _run_to_finish(args: argparse.Namespace, out: Printer, err: Printer, engine: Any,
+                   size_mib: int, steps: int, t0: float, report: Any,
+                   plot: Callable[[Dict[str, Any], str, str], List[str]]) -> int:
+    """_run, then _finish with a report module's print_results, print_failures and
+    print_checklist; 3 if the run could not start."""
+    doc = _run(args, out, err, engine, size_mib, steps, t0)
+    if doc is None:
+        return 3
+    return _finish(args, out, doc, summary=report.print_results,
+                   failures=report.print_failures, checklist=report.print_checklist,
+                   plot=plot)
 
 
 def _have_matplotlib() -> bool:
@@ -603,6 +674,7 @@ def run_report(args: argparse.Namespace) -> int:
     from waldio.bench import processes_report as PR
     from waldio.bench import report as R
     from waldio.bench import speedtest1_report as SR
+    from waldio.bench import webapp_report as WR
     parser: argparse.ArgumentParser = args._parser
     formats = [f.strip() for f in args.format.split(",") if f.strip()]
     bad = [f for f in formats if f not in ("png", "svg", "pdf")]
@@ -632,6 +704,11 @@ def run_report(args: argparse.Namespace) -> int:
                 PR.print_checklist(out, doc)
             PR.print_results(out, doc)
             PR.print_failures(out, doc)
+        elif kind == "webapp":
+            if args.params:
+                WR.print_checklist(out, doc)
+            WR.print_results(out, doc)
+            WR.print_failures(out, doc)
         else:
             if args.params:
                 R.print_header(out, doc)

@@ -144,17 +144,23 @@ def proc_delta(a: Dict[str, int], b: Dict[str, int]) -> Dict[str, Any]:
 
 def read_cpu_ticks() -> Dict[str, int]:
     """Machine-wide CPU time in clock ticks: busy (user, nice, system, irq, softirq,
-    steal) and idle (idle, iowait); empty when /proc/stat cannot be read."""
+    steal) and idle (idle, iowait); and ctxt, the context switches since boot; empty
+    when /proc/stat cannot be read."""
     try:
         with open("/proc/stat") as f:
-            first = f.readline().split()
+            lines = f.read().splitlines()
     except OSError:
         return {}
+    first = lines[0].split() if lines else []
     if not first or first[0] != "cpu":
         return {}
     v = [int(x) for x in first[1:9]] + [0] * max(0, 8 - len(first[1:9]))
     user, nice, system, idle, iowait, irq, softirq, steal = v[:8]
-    return {"busy": user + nice + system + irq + softirq + steal, "idle": idle + iowait}
+    out = {"busy": user + nice + system + irq + softirq + steal, "idle": idle + iowait}
+    for line in lines:
+        if line.startswith("ctxt "):
+            out["ctxt"] = int(line.split()[1])
+    return out
 
 
 def cpu_busy_share(a: Dict[str, int], b: Dict[str, int]) -> Optional[float]:

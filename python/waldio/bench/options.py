@@ -14,6 +14,7 @@ from typing import Callable, Dict, List
 from waldio import bench as B
 
 from .process_workloads import WORKLOADS as PROCESS_WORKLOADS
+from .webapp import WORKLOADS as WEBAPP_WORKLOADS
 
 
 def int_at_least(lo: int) -> Callable[[str], int]:
@@ -93,13 +94,13 @@ def mode_name_arg(text: str) -> str:
 def workload_arg(text: str) -> List[str]:
     words = [w.strip() for w in text.split(",") if w.strip()]
     bad = [w for w in words if w not in B.WORKLOADS and w != "speedtest1"
-           and w not in PROCESS_WORKLOADS]
+           and w not in PROCESS_WORKLOADS and w not in WEBAPP_WORKLOADS]
     if not words or bad:
         raise argparse.ArgumentTypeError(
             f"unknown workload {', '.join(map(repr, bad)) or repr(text)} (accepted: "
             f"{', '.join(B.WORKLOADS)}, or a comma list of them, run one after the other; "
             f"or speedtest1 alone: SQLite's own benchmark; with --processes: "
-            f"{', '.join(PROCESS_WORKLOADS)})")
+            f"{', '.join(PROCESS_WORKLOADS)}, or {', '.join(WEBAPP_WORKLOADS)} alone)")
     if "speedtest1" in words and len(words) > 1:
         raise argparse.ArgumentTypeError("speedtest1 runs alone (SQLite's own benchmark "
                                          "program), not as a phase of a list")

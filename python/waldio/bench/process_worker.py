@@ -45,9 +45,11 @@ from .sqlite_env import Opener, SqliteEnv, read_settings
 from .template import steady_state
 
 
-def _cpu_s() -> float:
+def _cpu_s_and_switches() -> tuple:
+    """This process's CPU time (user + system) and context switches (voluntary and
+    not), every thread included."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
 
 
 class Worker:
@@ -90,10 +92,10 @@ class Worker:
     def go(self, req: Dict[str, Any]) -> Dict[str, Any]:
         if self.prepared is None:
             raise BenchError("go before open")
-        cpu0 = _cpu_s()
+        cpu0, cs0 = _cpu_s_and_switches()
         r = self.loop.run_timed(self.prepared, len(self.kinds), int(req["start_at_ns"]),
                                 int(req["deadline_ns"]), int(req.get("max_txns") or 0))
-        cpu = _cpu_s() - cpu0
+        cpu1, cs1 = _cpu_s_and_switches()
         stats = json.loads(self.conn.rows("PRAGMA waldio_stats")[0][0]) if self.is_waldio \
             else None
         return {"result": {
@@ -102,7 +104,8 @@ class Worker:
             "hist": dict(zip(self.kinds, r.hist)),
             "first_start_ns": r.first_start_ns, "last_end_ns": r.last_end_ns,
             "start_late_ns": r.first_start_ns - int(req["start_at_ns"]),
-            "cpu_s": round(cpu, 6), "waldio_stats": stats}}
+            "cpu_s": round(cpu1 - cpu0, 6), "context_switches": cs1 - cs0,
+            "waldio_stats": stats}}
 
     def close(self) -> Dict[str, Any]:
         if self.prepared is not None:

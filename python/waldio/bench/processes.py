@@ -133,6 +133,55 @@ class ProcessSettings:
         return d
 
 
+Cells = Dict[Tuple[str, int, str], Dict[str, Any]]
+
+
+def run_rounds(rounds: int, warmup: int, groups: Sequence[str], counts: Sequence[int],
+               modes: Sequence[ModeSpec], key: str, tag: Callable[[str], str],
+               run_cell: Callable[[ModeSpec, str, int, int, bool], Dict[str, Any]],
+               progress: ProgressFn) -> Cells:
+    """Every cell of a run, interleaved: in every round, for each group (a workload, a
+    mix), for each process count, every mode in the order given. The cells are keyed
+    (group, count, label) and hold the group under ``key``; run_cell(spec, group,
+    count, round, warm-up) returns one repetition."""
+    cells: Cells = {(g, n, m.label): {key: g, "processes": n, "mode": m.label,
+                                      "repetitions": [], "summary": None}
+                    for g in groups for n in counts for m in modes}
+    total, step = rounds * len(cells), 0
+    for rnd in range(rounds):
+        warm = rnd < warmup
+        for g in groups:
+            for n in counts:
+                for spec in modes:
+                    step += 1
+                    ev = {"step": step, "total": total, "round": rnd, "warmup": warm,
+                          "mode": f"{tag(g)} x{n} {spec.label}"}
+                    progress(dict(ev, event="start"))
+                    r = run_cell(spec, g, n, rnd, warm)
+                    cells[(g, n, spec.label)]["repetitions"].append(r)
+                    progress(dict(ev, event="done", ops_per_s=r["ops_per_s"], ok=r["ok"],
+                                  error=r.get("error")))
+    return cells
+
+
+def stock_ratios(cells: Cells, labels: Sequence[str], key: str,
+                 extra: Optional[Callable[[List[Any], List[Any]], Dict[str, Any]]] = None
+                 ) -> List[Dict[str, Any]]:
+    """Each mode's rate over stock WAL FULL's and NORMAL's, paired round by round."""
+    out = []
+    for (g, n, label), cell in cells.items():
+        for ref in STOCK_REFERENCES:
+            if ref in labels and ref != label:
+                base = cells[(g, n, ref)]["repetitions"]
+                r = dict(pair_ratios(cell["repetitions"], base), processes=n, mode=label,
+                         stock=ref)
+                r[key] = g
+                if extra:
+                    r.update(extra(cell["repetitions"], base))
+                out.append(r)
+    return out
+
+
 def _fill_rows(s: Settings) -> int:
     """Rows of the fill table: more frames than one checkpoint interval."""
     auto = s.wal_autocheckpoint if s.wal_autocheckpoint is not None else 1000
@@ -198,42 +247,20 @@ class ProcessBench:
         for spec in self.modes:
             self.env.ensure(spec.sqlite or "apsw")
         openers = {m.label: Opener(m, s, self.env) for m in self.modes}
-        cells: Dict[Tuple[str, int, str], Dict[str, Any]] = {}
-        for wl in ps.workloads:
-            for n in ps.processes:
-                for m in self.modes:
-                    cells[(wl, n, m.label)] = {"workload": wl, "processes": n, "mode": m.label,
-                                               "repetitions": [], "summary": None}
         mode_docs = {m.label: self._mode_doc(m, openers[m.label]) for m in self.modes}
-        rounds = s.warmup + s.repetitions
-        total = rounds * len(cells)
-        step = 0
         logs = os.path.join(self.root, "worker-logs")
         os.makedirs(logs, exist_ok=True)
         with WorkerPool(logs, self.worker_argv) as pool:
-            for rnd in range(rounds):
-                warm = rnd < s.warmup
-                for wl in ps.workloads:
-                    for n in ps.processes:
-                        for spec in self.modes:
-                            step += 1
-                            ev = {"step": step, "total": total, "round": rnd,
-                                  "warmup": warm, "mode": f"{wl} x{n} {spec.label}"}
-                            self.progress(dict(ev, event="start"))
-                            rep = self._run_cell(pool, spec, openers[spec.label], wl, n, rnd,
-                                                 warm, mode_docs[spec.label])
-                            cells[(wl, n, spec.label)]["repetitions"].append(rep)
-                            self.progress(dict(ev, event="done", ops_per_s=rep["ops_per_s"],
-                                               ok=rep["ok"], error=rep.get("error")))
+            cells = run_rounds(
+                s.warmup + s.repetitions, s.warmup, ps.workloads, ps.processes, self.modes,
+                "workload", lambda wl: wl,
+                lambda spec, wl, n, rnd, warm: self._run_cell(
+                    pool, spec, openers[spec.label], wl, n, rnd, warm, mode_docs[spec.label]),
+                self.progress)
             workers_started = pool.started
         for cell in cells.values():
             cell["summary"] = self._summary(cell)
-        ratios = []
-        for (wl, n, label), cell in cells.items():
-            for ref in STOCK_REFERENCES:
-                if ref in self.labels and ref != label:
-                    r = pair_ratios(cell["repetitions"], cells[(wl, n, ref)]["repetitions"])
-                    ratios.append(dict(r, workload=wl, processes=n, mode=label, stock=ref))
+        ratios = stock_ratios(cells, self.labels, "workload")
         ok = all(r["ok"] for c in cells.values() for r in c["repetitions"])
         return {
             "schema_version": SCHEMA_VERSION,
@@ -298,8 +325,12 @@ class ProcessBench:
                            "total": "the same start to after every process closed and a final "
                                     "os.sync()"}
         d["cpu"] = ("cpu_s: user + system time of every worker process during its timed run "
-                    "(getrusage); machine_busy: share of all CPUs' time that was busy during "
-                    "the timed window (/proc/stat), other processes included")
+                    "(getrusage), and its context switches (voluntary and involuntary, every "
+                    "thread); machine_busy: share of all CPUs' time that was busy during "
+                    "the timed window (/proc/stat), other processes included; "
+                    "machine_cpu_us_per_txn, context_switches_per_txn: the busy CPU time and "
+                    "context switches of the whole machine (/proc/stat) in that window, per "
+                    "transaction")
         d["modes"] = [{"label": m.label, "mode": m.name, "layout": m.layout,
                        "sqlite": m.sqlite} for m in self.modes]
         d["devices"] = [asdict(x) for x in self.devices]
@@ -426,16 +457,26 @@ class ProcessBench:
             {"index": i, "pid": r["pid"], "open_ns": rd["open_ns"], "done": r["done"],
              "kinds": r["kinds"], "rows": r["rows"], "first_start_ns": r["first_start_ns"],
              "last_end_ns": r["last_end_ns"], "start_late_ns": r["start_late_ns"],
-             "cpu_s": r["cpu_s"], "settings": rd["settings"], "waldio_stats": r["waldio_stats"]}
+             "cpu_s": r["cpu_s"], "context_switches": r.get("context_switches"),
+             "settings": rd["settings"], "waldio_stats": r["waldio_stats"]}
             for i, (rd, r) in enumerate(zip(ready, results))]
         rep["hist"] = {k: histogram.merge(r["hist"][k] for r in results) for k in kinds}
         rep["latency"] = {"all": histogram.summary(histogram.merge(rep["hist"].values())),
                           "kinds": {k: histogram.summary(h) for k, h in rep["hist"].items()}}
         rep["io"] = {"devices": device_windows(self.devices, s0, s1, s2)}
         cpu_s = sum(r["cpu_s"] for r in results)
+        tick = os.sysconf("SC_CLK_TCK")
+        machine_s = (s1.cpu["busy"] - s0.cpu["busy"]) / tick if s0.cpu and s1.cpu else None
+        ctxt = s1.cpu.get("ctxt", 0) - s0.cpu.get("ctxt", 0) if s0.cpu and s1.cpu else None
+        cs = sum(r.get("context_switches", 0) for r in results)
         rep["cpu"] = {"process_cpu_s": round(cpu_s, 6),
                       "cpu_us_per_txn": cpu_s * 1e6 / total if total else None,
-                      "machine_busy": cpu_busy_share(s0.cpu, s1.cpu)}
+                      "process_context_switches_per_txn": cs / total if total else None,
+                      "machine_busy": cpu_busy_share(s0.cpu, s1.cpu),
+                      "machine_cpu_us_per_txn": machine_s * 1e6 / total
+                      if total and machine_s is not None else None,
+                      "context_switches_per_txn": ctxt / total
+                      if total and ctxt is not None else None}
         stats = [r["waldio_stats"] for r in results if r["waldio_stats"]]
         if stats:
             rep["waldio_stats"] = sum_counters(stats)
@@ -522,6 +563,16 @@ class ProcessBench:
                 "log_syncs": per_txn(syncs),
                 "cpu_us": summarize([r["cpu"]["cpu_us_per_txn"] for r in reps
                                      if r["cpu"] and r["cpu"]["cpu_us_per_txn"] is not None]),
+                "machine_cpu_us": summarize([r["cpu"]["machine_cpu_us_per_txn"] for r in reps
+                                             if r["cpu"] and r["cpu"].get(
+                                                 "machine_cpu_us_per_txn") is not None]),
+                "process_context_switches": summarize(
+                    [r["cpu"]["process_context_switches_per_txn"] for r in reps
+                     if r["cpu"] and r["cpu"].get("process_context_switches_per_txn")
+                     is not None]),
+                "context_switches": summarize([r["cpu"]["context_switches_per_txn"]
+                                               for r in reps if r["cpu"] and r["cpu"].get(
+                                                   "context_switches_per_txn") is not None]),
             },
             "machine_busy": summarize([r["cpu"]["machine_busy"] for r in reps
                                        if r["cpu"] and r["cpu"]["machine_busy"] is not None]),

@@ -145,7 +145,8 @@ def detail_table(doc: Dict[str, Any], wl: str
     dev = (doc["params"]["bench"].get("devices") or [{}])[0].get("name", "device")
     cols = ["proc", "mode", "rate", "min-max", "CoV"] + \
         [f"{k} p50/p99/p99.9/max ms" for k in kinds] + \
-        [f"{dev} KB/tx", "flush/tx", "log syncs/tx", "CPU us/tx", "machine busy", "check"]
+        [f"{dev} KB/tx", "flush/tx", "log syncs/tx", "CPU us/tx", "cs/tx",
+         "machine CPU us/tx", "machine cs/tx", "machine busy", "check"]
     rows = []
     for c in _cells(doc, wl):
         s = c["summary"] or {}
@@ -162,7 +163,8 @@ def detail_table(doc: Dict[str, Any], wl: str
                     + lat +
                     ["-" if not wb else f"{wb['median'] / 1024:.1f}",
                      _per(pt.get("device_flushes")), _per(pt.get("log_syncs")),
-                     _per(pt.get("cpu_us"), 1),
+                     _per(pt.get("cpu_us"), 1), _per(pt.get("process_context_switches"), 1),
+                     _per(pt.get("machine_cpu_us"), 1), _per(pt.get("context_switches"), 1),
                      "-" if not busy else f"{100 * busy['median']:.0f}%",
                      check_cell(c["repetitions"])])
     return (f"{wl}: every cell (medians over measured rounds; latency pooled over processes "
@@ -189,7 +191,9 @@ def notes(doc: Dict[str, Any]) -> List[str]:
     return out + list(b.get("notes") or [])
 
 
-def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
+def header_params(doc: Dict[str, Any], sqlite_key: Optional[Any] = None) -> Dict[str, Any]:
+    """The parameter header; sqlite_key(mode doc) names where SQLite's parameters were
+    read (default: the mode's build and label)."""
     b = dict(doc["params"]["bench"])
     b.pop("modes", None)
     out: Dict[str, Any] = {"schema_version": doc["schema_version"],
@@ -198,7 +202,8 @@ def header_params(doc: Dict[str, Any]) -> Dict[str, Any]:
     for m in doc["modes"]:
         sq = (m.get("params") or {}).get("sqlite")
         if sq:
-            out[f"sqlite ({m['sqlite_build'] or 'apsw'}, read on {m['label']})"] = sq
+            out[sqlite_key(m) if sqlite_key else
+                f"sqlite ({m['sqlite_build'] or 'apsw'}, read on {m['label']})"] = sq
             break
     common = doc["params"].get("common") or {}
     for k in ("filesystem", "device", "system"):

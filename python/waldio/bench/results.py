@@ -1,11 +1,12 @@
 """Saved ``waldio bench`` results: their schemas, and reading one back.
 
-A run writes one of three kinds of result document, each with its own schema
+A run writes one of four kinds of result document, each with its own schema
 (``python/waldio/schemas``) and its own report module:
 
 ``bench``       the SQL workload (:mod:`.runner`; printed by :mod:`.report`)
 ``speedtest1``  ``--workload speedtest1`` (:mod:`.speedtest1`; :mod:`.speedtest1_report`)
 ``processes``   ``--processes`` (:mod:`.processes`; :mod:`.processes_report`)
+``webapp``      ``--workload webapp --processes`` (:mod:`.webapp`; :mod:`.webapp_report`)
 
 The kind is the document's ``kind`` field (absent: ``bench``, the first kind).
 :func:`validate` checks a document against its kind's schema, :func:`load` reads a
@@ -20,7 +21,8 @@ from typing import Any, Dict, List, Optional
 
 _SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 SCHEMA_FILES = {"bench": "bench.schema.json", "speedtest1": "speedtest1.schema.json",
-                "processes": "bench-processes.schema.json"}
+                "processes": "bench-processes.schema.json",
+                "webapp": "bench-webapp.schema.json"}
 
 
 def kind_of(doc: Dict[str, Any]) -> str:

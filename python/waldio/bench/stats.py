@@ -41,16 +41,17 @@ def latency_summary(lat_ns: Sequence[int]) -> Dict[str, Any]:
             "mean_ns": sum(vals) / len(vals)}
 
 
-def pair_ratios(reps: Sequence[Dict[str, Any]], base_reps: Sequence[Dict[str, Any]]
-                ) -> Dict[str, Any]:
-    """ops/s of repetition i over the baseline's repetition i (same round), measured only."""
+def pair_ratios(reps: Sequence[Dict[str, Any]], base_reps: Sequence[Dict[str, Any]],
+                key: str = "ops_per_s") -> Dict[str, Any]:
+    """``key`` (ops/s) of repetition i over the baseline's repetition i (same round),
+    measured only."""
     base = {r["index"]: r for r in base_reps if not r["warmup"] and r["ok"]}
     per_rep = []
     for r in reps:
         b = base.get(r["index"])
-        if r["warmup"] or not r["ok"] or b is None or not b["ops_per_s"]:
+        if r["warmup"] or not r["ok"] or b is None or not b[key] or r[key] is None:
             continue
-        per_rep.append({"index": r["index"], "ratio": r["ops_per_s"] / b["ops_per_s"]})
+        per_rep.append({"index": r["index"], "ratio": r[key] / b[key]})
     s = summarize([p["ratio"] for p in per_rep])
     return {"per_rep": per_rep,
             "median": s["median"] if s else None,

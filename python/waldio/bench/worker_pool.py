@@ -31,6 +31,17 @@ class WorkerError(BenchError):
     """One or more workers failed a command: which, and why."""
 
 
+def file_tail(path: str, limit: int = 800) -> str:
+    """The last ``limit`` bytes of a log file, as text ('' if it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
 WORKER_ARGV = [sys.executable, "-m", "waldio.bench.process_worker"]
 
 
@@ -45,13 +56,7 @@ class _Worker:
         self.broken = False
 
     def stderr_tail(self) -> str:
-        try:
-            with open(self.stderr_path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 800))
-                return f.read().decode("utf-8", "replace").strip()
-        except OSError:
-            return ""
+        return file_tail(self.stderr_path)
 
     def _died(self) -> str:
         # Its output closed: it is usually exiting. Wait a little for its
