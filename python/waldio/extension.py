@@ -187,7 +187,7 @@ def connect(path: str | os.PathLike[str], *, driver: str = "apsw", vfs: str = VF
     driver: "apsw" (default) returns an ``apsw.Connection``; "sqlite3"
     returns a ``sqlite3.Connection`` of Python's standard module (which must
     be able to load extensions; WaldioError names apsw otherwise).
-    options: layout (embed|pad4k|pad8k), sync (auto|persistent),
+    options: layout (auto|standard|embed|pad4k|pad8k), sync (auto|persistent),
     io (direct|auto|buffered), prealloc, cache (bytes, K/M/G suffixes),
     flush_ms, group (off|async|durable), group_bytes, group_ms.
     If the log cannot be opened, WaldioError carries libwaldio's explanation.

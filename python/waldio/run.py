@@ -203,7 +203,7 @@ def register(sub: Any) -> None:
 def add_option_flags(p: argparse.ArgumentParser) -> None:
     """The flags that become WALDIO_* variables (``ENV_OPTIONS``), and -v."""
     o = p.add_argument_group("waldio options (default: libwaldio's own)")
-    o.add_argument("--layout", type=_choice(("embed", "pad4k", "pad8k")),
+    o.add_argument("--layout", type=_choice(("auto", "standard", "embed", "pad4k", "pad8k")),
                    help="log layout [WALDIO_LAYOUT]")
     o.add_argument("--sync", type=_choice(("auto", "persistent")),
                    help="auto follows PRAGMA synchronous; persistent writes with "

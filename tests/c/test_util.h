@@ -18,7 +18,7 @@ static void test_dir(char *zDir, size_t n, const char *zName){
 }
 
 static void remove_db(const char *zDb){
-  const char *az[] = { "", "-wal", "-shm", "-wal-shm", "-journal" };
+  const char *az[] = { "", "-wal", "-shm", "-wal-shm", "-waldio", "-journal" };
   char z[600];
   size_t i;
   for(i=0; i<sizeof(az)/sizeof(az[0]); i++){
