@@ -370,11 +370,14 @@ int waldio_db_only_statement(waldio_db_file *p){
 static void release_read_lock_early(waldio_db_file *p){
   int rc;
   sqlite3_file *h;
-  /* Not where stock processes share the wal-index: a stock checkpointer
-  ** with synchronous=OFF copies frames without syncing the log first, and
-  ** this lock is what keeps it from copying a commit that is not durable
-  ** yet (docs/interop.md, "What a stock process does"). */
-  if( p->nativeShm ) return;
+  /* Where stock processes share the wal-index, only while none does: a
+  ** stock checkpointer with synchronous=OFF copies frames without syncing
+  ** the log first, and this lock is what keeps it from copying a commit that
+  ** is not durable yet (docs/interop.md, "What a stock process does"). */
+  if( p->nativeShm && (!p->pWal || !flush_side_sole_users(&p->pWal->pLog->side,
+                                                         p->pWal->pLog->zPath)) ){
+    return;
+  }
   if( !p->readSlot || !waldio_db_only_statement(p) ) return;
   h = shm_host(p, &rc);
   if( h && h->pMethods->xShmLock(h, p->readSlot, 1,
@@ -407,7 +410,7 @@ static int wait_for_commit(waldio_db_file *p, waldio_wal_file *pWal){
     return rc;
   }
   pFlush = waldio_db_flush_region(p, &rc);
-  if( pFlush ) rc = flush_region_wait(pWal->pLog, pFlush, seq);
+  if( pFlush ) rc = flush_region_wait(pWal->pLog, pFlush, seq, p->shm0);
   if( rc==SQLITE_OK ){
     log_note_flushed(pWal->pLog, pWal->commitWriteSeq);
     p->strictOwed = 0;              /* durable, and all it saw before it */
@@ -569,7 +572,7 @@ static int wait_until_visible_is_durable(waldio_db_file *p){
   rc = group_wait_all(pLog);                    /* solo buffer, if any */
   if( rc==SQLITE_OK && !log_group_solo(pLog)
    && (pFlush = waldio_db_flush_region(p, &rc))!=0 ){
-    rc = flush_region_wait(pLog, pFlush, flush_region_written(pFlush));
+    rc = flush_region_wait(pLog, pFlush, flush_region_written(pFlush), p->shm0);
   }
   return rc;
 }

@@ -349,12 +349,12 @@ int dio_truncate(dio_file *f, i64 size){
   return SQLITE_OK;
 }
 
-int dio_zero_fill(dio_file *f, i64 off, i64 len){
+int dio_zero_fill(dio_file *f, i64 off, i64 len, int cached){
   void *zero;
   i64 done = 0;
   int rc = SQLITE_OK;
   if( len<=0 ) return SQLITE_OK;
-  if( f->writeZeroes>=0 ){
+  if( !cached && f->writeZeroes>=0 ){
     if( f->sys->xFallocate(f->fd, FALLOC_FL_WRITE_ZEROES, off, len)==0 ){
       f->writeZeroes = 1;
       return SQLITE_OK;
@@ -366,7 +366,7 @@ int dio_zero_fill(dio_file *f, i64 off, i64 len){
   if( !zero ) return SQLITE_NOMEM;
   while( done<len && rc==SQLITE_OK ){
     size_t n = (size_t)(len - done < ZERO_CHUNK ? len - done : ZERO_CHUNK);
-    int r = write_all(f, f->fd, zero, n, off + done, 0);
+    int r = write_all(f, cached ? f->fdBuf : f->fd, zero, n, off + done, 0);
     if( r ) rc = write_failed(f, -r, n, off + done);
     done += (i64)n;
   }

@@ -84,8 +84,10 @@ int dio_fdatasync(dio_file *f);
 int dio_file_size(dio_file *f, i64 *pSize);
 int dio_truncate(dio_file *f, i64 size);
 
-/* Allocate [off, off+len) as written zeros (D2). */
-int dio_zero_fill(dio_file *f, i64 off, i64 len);
+/* Allocate [off, off+len) as written zeros (D2). cached: through the page
+** cache, so that the zeros stay there: a later buffered write of part of a
+** page then needs no read of it from the device. */
+int dio_zero_fill(dio_file *f, i64 off, i64 len, int cached);
 
 /* fsync the directory that holds zPath (after creating or renaming). */
 int dio_sync_dir(const waldio_syscalls *sys, const char *zPath);

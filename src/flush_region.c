@@ -179,13 +179,29 @@ static void note_flush_time(volatile flush_region *r, i64 us){
                    __ATOMIC_RELAXED);
 }
 
-/* One flush for everyone: F2. */
-static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
-  u64 upto;
+void flush_region_frames_durable(volatile flush_region *r, u64 mark){
+  u64 cur = load64(&r->framesDurable);
+  /* Same generation: raise. Another one: the last flush's word stands (a
+  ** stale one only makes a later check fail and flush). */
+  while( mark && ((cur>>32)!=(mark>>32) || (u32)cur<(u32)mark)
+      && !__atomic_compare_exchange_n(&r->framesDurable, &cur, mark, 0,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ){}
+}
+
+int flush_region_frames_cover(volatile flush_region *r, u64 mark){
+  u64 cur = load64(&r->framesDurable);
+  return mark!=0 && (cur>>32)==(mark>>32) && (u32)cur>=(u32)mark;
+}
+
+/* One flush for everyone: F2 (and F6). */
+static int flush_for_all(waldio_log *pLog, volatile flush_region *r,
+                         const volatile void *shm0){
+  u64 upto, mark;
   int rc;
   i64 t0;
   gather(r);
   upto = load64(&r->written);
+  mark = wal_index_end_mark(shm0);
   raise_max(&r->flushing, upto);
   t0 = now_us();
   rc = log_flush_now(pLog);
@@ -197,6 +213,7 @@ static int flush_for_all(waldio_log *pLog, volatile flush_region *r){
   }
   __atomic_add_fetch(&r->flushes, 1, __ATOMIC_SEQ_CST);
   log_count_group(pLog, LOG_GROUP_WRITE);
+  flush_region_frames_durable(r, mark);
   flush_region_covered(r, upto);
   return SQLITE_OK;
 }
@@ -225,19 +242,20 @@ static int leader_fd(waldio_log *pLog){
   return pLog->leaderFd;
 }
 
-static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+static int try_lead(waldio_log *pLog, volatile flush_region *r, u64 ticket,
+                    const volatile void *shm0){
   const waldio_syscalls *sys = pLog->sys;
   int rc = SQLITE_BUSY, fd;
   if( pthread_mutex_trylock(&pLog->leaderMutex) ) return SQLITE_BUSY;
   fd = leader_fd(pLog);
   if( fd>=0 && log_lock(sys, fd, LOG_LOCK_LEADER, LOG_EXCLUSIVE)==0 ){
     __atomic_store_n(&r->leaderSince, (u64)now_us(), __ATOMIC_SEQ_CST);
-    rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
+    rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r, shm0);
     __atomic_store_n(&r->leaderSince, 0, __ATOMIC_SEQ_CST);
     log_lock(sys, fd, LOG_LOCK_LEADER, LOG_UNLOCKED);
   }else if( fd>=0 && ticket>load64(&r->flushing)
          && log_lock(sys, fd, LOG_LOCK_LEADER2, LOG_EXCLUSIVE)==0 ){
-    rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r);
+    rc = load64(&r->durable)>=ticket ? SQLITE_OK : flush_for_all(pLog, r, shm0);
     log_lock(sys, fd, LOG_LOCK_LEADER2, LOG_UNLOCKED);
   }
   pthread_mutex_unlock(&pLog->leaderMutex);
@@ -325,7 +343,8 @@ static int unled_too_long(volatile flush_region *r, i64 waitingSince){
       || now - waitingSince>=(i64)STUCK_MS * 1000;
 }
 
-static int wait_counted(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+static int wait_counted(waldio_log *pLog, volatile flush_region *r, u64 ticket,
+                        const volatile void *shm0){
   volatile u32 *w = wake_word(r, ticket);
   u32 seen;
   int rc;
@@ -334,8 +353,8 @@ static int wait_counted(waldio_log *pLog, volatile flush_region *r, u64 ticket){
     seen = load32(w);
     if( load64(&r->durable)>=ticket ) return SQLITE_OK;
     if( load32(&r->poison) ) return poisoned(pLog);
-    rc = try_lead(pLog, r, ticket);
-    if( rc==SQLITE_BUSY && unled_too_long(r, since) ) rc = flush_for_all(pLog, r);
+    rc = try_lead(pLog, r, ticket, shm0);
+    if( rc==SQLITE_BUSY && unled_too_long(r, since) ) rc = flush_for_all(pLog, r, shm0);
     if( rc!=SQLITE_BUSY ){
       if( rc ) return rc;
       continue;
@@ -344,12 +363,13 @@ static int wait_counted(waldio_log *pLog, volatile flush_region *r, u64 ticket){
   }
 }
 
-int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket){
+int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket,
+                      const volatile void *shm0){
   int rc;
   if( load64(&r->durable)>=ticket ) return SQLITE_OK;
   log_count_group(pLog, LOG_GROUP_WAIT);
   __atomic_add_fetch(&r->waiters, 1, __ATOMIC_SEQ_CST);    /* before `durable` */
-  rc = wait_counted(pLog, r, ticket);
+  rc = wait_counted(pLog, r, ticket, shm0);
   __atomic_sub_fetch(&r->waiters, 1, __ATOMIC_SEQ_CST);
   return rc;
 }

@@ -52,6 +52,12 @@
 **       in a side file (flush_side.h): only group-mode processes take
 **       tickets there, stock processes never, so a checkpoint's sync
 **       flushes (wal_file.c sync_and_share).
+**   F6  framesDurable is raised only to a wal_index_end_mark() read before
+**       an fdatasync that then succeeded: the frames it names were in the
+**       file when that flush began, whoever wrote them (a stock process
+**       too). A checkpoint's sync in the standard layout, where F5 does not
+**       hold, is skipped only when this process's own writes are flushed and
+**       framesDurable covers what the wal-index publishes now.
 **   F4  Nobody waits forever. A dead leader's OFD lock is released by the
 **       kernel. While a leader has held the lock for more than STUCK_MS
 **       (stopped, or in a flush that never returns), or a waiter has
@@ -100,6 +106,9 @@ typedef struct flush_region {
   u64 flushing;        /* the largest `written` a flush began with */
   u32 waiters;         /* connections inside flush_region_wait: a flush
                        ** wakes nobody while it is 0 (flush_region.c) */
+  u64 framesDurable;   /* wal_index_end_mark() read before a flush that
+                       ** then succeeded: every frame up to it is durable
+                       ** (the standard layout's checkpoint syncs, F6) */
 } flush_region;
 
 /* Check (and claim, when zeroed) a region this connection just mapped,
@@ -143,8 +152,15 @@ void flush_region_self_durable(volatile flush_region *r, u64 ticket);
 u64 flush_region_written(volatile flush_region *r);
 
 /* Return once ticket is durable, leading a flush when nobody else does.
-** An error if a flush failed (F3): the commit may not be durable. */
-int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket);
+** An error if a flush failed (F3): the commit may not be durable. shm0:
+** the caller's wal-index region 0 (NULL: none), for F6. */
+int flush_region_wait(waldio_log *pLog, volatile flush_region *r, u64 ticket,
+                      const volatile void *shm0);
+
+/* F6: a flush that began after wal_index_end_mark() returned mark has
+** succeeded; and whether every frame the mark names is known durable. */
+void flush_region_frames_durable(volatile flush_region *r, u64 mark);
+int flush_region_frames_cover(volatile flush_region *r, u64 mark);
 
 /* A flush this process made for another reason (a commit's own, outside
 ** group mode) covered every ticket up to upto, read before it began. */

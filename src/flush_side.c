@@ -7,17 +7,21 @@
 #include "errors.h"
 #include "log_lock.h"
 #include "sqlite_api.h"
+#include "stock_guard.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Far beyond the mapped bytes: advisory locks restrict no I/O. */
 #define SIDE_LOCK_DMS    (1 << 20)
 #define SIDE_DMS_WAIT_MS 5000     /* the first opener zeroes 4 KiB, no more */
 #define SIDE_SUFFIX      "waldio"
+#define SHM_DMS          128      /* os_unix.c UNIX_SHM_DMS, SQLite's -shm */
+#define SOLE_CHECK_MS    50
 
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid){
   memset(s, 0, sizeof(*s));
@@ -136,6 +140,30 @@ volatile flush_region *flush_side_region(flush_side *s,
   r = s->pRegion;
   pthread_mutex_unlock(&s->mutex);
   return r;
+}
+
+int flush_side_sole_users(flush_side *s, const char *zWalPath){
+  struct timespec ts;
+  long long now;
+  int sole;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  now = (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
+  pthread_mutex_lock(&s->mutex);
+  if( s->pRegion && now - s->soleCheckedNs>=(long long)SOLE_CHECK_MS * 1000000 ){
+    char zShm[4096], zSide[4096];
+    size_t n = strlen(zWalPath);
+    int nDb = (int)(n>4 && strcmp(zWalPath + n - 4, "-wal")==0 ? n - 4 : n);
+    int nShm, nSide;
+    snprintf(zShm, sizeof(zShm), "%.*s-shm", nDb, zWalPath);
+    side_path(zWalPath, zSide, sizeof(zSide));
+    nShm = lock_holders(zShm, SHM_DMS);
+    nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
+    s->sole = nShm>=0 && nSide>=0 && nShm<=nSide;
+    s->soleCheckedNs = now;
+  }
+  sole = s->pRegion && s->sole;
+  pthread_mutex_unlock(&s->mutex);
+  return sole;
 }
 
 void flush_side_close(flush_side *s, const waldio_syscalls *sys){

@@ -306,7 +306,7 @@ static int std_close_clean(waldio_log *pLog, i64 idleKeep, int alone){
 }
 
 const wal_layout wal_layout_standard = {
-  WALDIO_LAYOUT_STANDARD, "standard", LAYOUT_NATIVE_SHM,
+  WALDIO_LAYOUT_STANDARD, "standard", LAYOUT_NATIVE_SHM | LAYOUT_PARTIAL_PAGES,
   std_geometry, std_check_frame, std_attach, std_write_header,
   std_read_header, std_logical_size, std_write_direct, std_truncate,
   std_close_clean

@@ -15,6 +15,8 @@
 /* Far beyond any log: the lock bytes never overlap data SQLite reads. */
 #define LOCK_BASE (1LL << 62)
 
+long long log_lock_offset(int which){ return LOCK_BASE + which; }
+
 static void lock_range(struct flock *fl, int which, int mode){
   memset(fl, 0, sizeof(*fl));
   fl->l_type = mode==LOG_EXCLUSIVE ? F_WRLCK : mode==LOG_SHARED ? F_RDLCK : F_UNLCK;

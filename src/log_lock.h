@@ -56,6 +56,9 @@ enum { LOG_LOCK_INIT = 0, LOG_LOCK_USE = 1, LOG_LOCK_KNOCK = 2,
        LOG_LOCK_CLOSER = 6 };
 enum { LOG_UNLOCKED = 0, LOG_SHARED = 1, LOG_EXCLUSIVE = 2 };
 
+/* The file offset of lock byte `which` (as /proc/locks shows it). */
+long long log_lock_offset(int which);
+
 /* Set lock `which` to `mode` without waiting. Returns 0, EAGAIN if another
 ** open file holds a conflicting lock, or another errno. */
 int log_lock(const waldio_syscalls *sys, int fd, int which, int mode);

@@ -80,7 +80,7 @@ static int format_fresh(waldio_log *pLog, const log_request *req){
   ** (wal_log.c, L1); a database whose commits all go through the page
   ** cache (large transactions, NORMAL, OFF) never zero-fills anything. */
   area = log_round_up(sb.geo.area, pLog->file.block);
-  rc = dio_zero_fill(&pLog->file, 0, area);
+  rc = dio_zero_fill(&pLog->file, 0, area, 0);
   if( rc==SQLITE_OK ) rc = write_meta(pLog, &sb, META_ADVISORY);
   if( rc==SQLITE_OK ) rc = dio_fdatasync(&pLog->file);
   /* Always: a creator killed before its directory fsync leaves a name that

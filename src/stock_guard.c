@@ -14,39 +14,44 @@
 #define STOCK_SHM_DMS 128   /* (22 + SQLITE_SHM_NLOCK) * 4 + SQLITE_SHM_NLOCK */
 
 /* One line of /proc/locks, e.g.
-**   "3: POSIX  ADVISORY  READ 4242 fe:00:1573010 128 128"  */
-static int line_locks_dms(const char *zLine, unsigned maj, unsigned min,
-                          unsigned long ino){
+**   "3: POSIX  ADVISORY  READ 4242 fe:00:1573010 128 128"
+** Non-zero if it is a granted lock on inode maj:min:ino covering byte off
+** (a blocked waiter's line starts with "-> ": not a holder). */
+static int line_covers(const char *zLine, unsigned maj, unsigned min,
+                       unsigned long ino, long long off){
   unsigned lmaj, lmin;
   unsigned long lino;
   long long start;
   char zEnd[32];
   const char *z = strchr(zLine, ':');
-  if( !z ) return 0;
-  /* Skip "id:", the class (POSIX/FLOCK/OFDLCK), mode, access and pid. A
-  ** blocked waiter's line starts with "-> " and has the same fields. */
+  if( !z || strstr(zLine, "->") ) return 0;
+  /* Skip "id:", the class (POSIX/FLOCK/OFDLCK), mode, access and pid. */
   if( sscanf(z+1, " %*s %*s %*s %*s %x:%x:%lu %lld %31s", &lmaj, &lmin, &lino,
              &start, zEnd)!=5 ){
     return 0;
   }
   if( lmaj!=maj || lmin!=min || lino!=ino ) return 0;
-  if( start>STOCK_SHM_DMS ) return 0;
-  return strcmp(zEnd, "EOF")==0 || atoll(zEnd)>=STOCK_SHM_DMS;
+  if( start>off ) return 0;
+  return strcmp(zEnd, "EOF")==0 || atoll(zEnd)>=off;
 }
 
-int stock_sqlite_active(const char *zShmPath){
+int lock_holders(const char *zPath, long long off){
   struct stat st;
   char zLine[256];
   FILE *f;
-  int found = 0;
-  if( stat(zShmPath, &st) ) return 0;
+  int n = 0;
+  if( stat(zPath, &st) ) return 0;
   f = fopen("/proc/locks", "r");
-  if( !f ) return 0;
-  while( !found && fgets(zLine, sizeof(zLine), f) ){
-    found = line_locks_dms(zLine, major(st.st_dev), minor(st.st_dev), st.st_ino);
+  if( !f ) return -1;
+  while( fgets(zLine, sizeof(zLine), f) ){
+    n += line_covers(zLine, major(st.st_dev), minor(st.st_dev), st.st_ino, off);
   }
   fclose(f);
-  return found;
+  return n;
+}
+
+int stock_sqlite_active(const char *zShmPath){
+  return lock_holders(zShmPath, STOCK_SHM_DMS)>0;
 }
 
 int waldio_stock_refusal(const char *zShmPath){

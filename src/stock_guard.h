@@ -16,6 +16,12 @@
 ** if the file does not exist. */
 int stock_sqlite_active(const char *zShmPath);
 
+/* How many granted locks in /proc/locks cover byte off of zPath: one per
+** process for POSIX locks (SQLite's), one per open file description for
+** OFD locks (waldio's); 0 if the file does not exist, -1 if /proc/locks
+** cannot be read. */
+int lock_holders(const char *zPath, long long off);
+
 /* The refusal when it is: SQLITE_BUSY (contention: it ends when the other
 ** process closes the database), its reason recorded (errors.h). */
 int waldio_stock_refusal(const char *zShmPath);

@@ -134,7 +134,7 @@ static int write_new_log(const waldio_syscalls *sys, const char *zPath,
   aMeta = dio_alloc(&out, out.block);
   if( !aFrame || !aSlot || !aMeta ){ rc = SQLITE_NOMEM; goto done; }
   rc = dio_truncate(&out, 0);
-  if( rc==SQLITE_OK ){ dio_set_nocow(&out); rc = dio_zero_fill(&out, 0, size); }
+  if( rc==SQLITE_OK ){ dio_set_nocow(&out); rc = dio_zero_fill(&out, 0, size, 0); }
   if( rc==SQLITE_OK ) rc = copy_frames(sys, zPath, w, &out, &sb.geo, aFrame, aSlot);
   if( rc==SQLITE_OK ){
     wf_encode_block0(&sb, aMeta);

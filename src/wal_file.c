@@ -500,23 +500,37 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
 /* SQLite's own sync (a checkpoint's, a new generation's, a commit outside
 ** group mode). A process whose own writes are all durable needs only the
 ** other processes' commits durable, which is what the shared group's flush
-** gives; otherwise it flushes, and its flush counts for the group's
-** waiters too, up to the tickets handed out before it began (F2). */
+** gives (F5; the standard layout: F6); otherwise it flushes, and its flush
+** counts for the group's waiters too, up to the tickets handed out before
+** it began (F2), and for the frames published before it (F6). */
 static int sync_and_share(waldio_wal_file *p){
   volatile flush_region *pFlush = 0;
-  u64 upto;
+  u64 upto, mark;
   int flushed = 0, rc = SQLITE_OK;
   if( p->pDb->shm0 ) pFlush = waldio_db_flush_region(p->pDb, &rc);
   if( !pFlush ) return rc ? rc : log_sync_published(p->pLog, shm_of(p));
   upto = flush_region_written(pFlush);
-  if( log_own_writes_flushed(p->pLog) && !p->pDb->nativeShm ){
-    /* F5: every published frame has a ticket <= upto: join the group's
-    ** flush instead of making one more. (Not where stock processes share
-    ** the log: their commits take no ticket.) */
-    return flush_region_wait(p->pLog, pFlush, upto);
+  mark = wal_index_end_mark(shm_of(p));
+  if( log_own_writes_flushed(p->pLog) ){
+    if( !p->pDb->nativeShm ){
+      /* F5: every published frame has a ticket <= upto: join the group's
+      ** flush instead of making one more. */
+      return flush_region_wait(p->pLog, pFlush, upto, shm_of(p));
+    }
+    /* Where stock processes share the log their commits take no ticket,
+    ** but a flush that began after they were published covers them (F6):
+    ** the group's next flush, which a ticket of this sync's own makes
+    ** certain to begin after now. */
+    if( flush_region_frames_cover(pFlush, mark) ) return SQLITE_OK;
+    rc = flush_region_wait(p->pLog, pFlush, flush_region_ticket(pFlush), shm_of(p));
+    if( rc ) return rc;
+    if( flush_region_frames_cover(pFlush, mark) ) return SQLITE_OK;
   }
   rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);
-  if( rc==SQLITE_OK && flushed ) flush_region_covered(pFlush, upto);
+  if( rc==SQLITE_OK && flushed ){
+    flush_region_frames_durable(pFlush, mark);
+    flush_region_covered(pFlush, upto);
+  }
   return rc;
 }
 

@@ -22,6 +22,19 @@ u32 wal_index_mx_frame(const volatile void *shm0){
   return mx;
 }
 
+u64 wal_index_end_mark(const volatile void *shm0){
+  u8 a[48], b[48];
+  u32 mx, salt1;
+  if( !shm0 ) return 0;
+  memcpy(a, (const u8*)shm0, sizeof(a));
+  __sync_synchronize();                  /* as walIndexTryHdr reads them */
+  memcpy(b, (const u8*)shm0 + 48, sizeof(b));
+  if( memcmp(a, b, sizeof(a))!=0 || a[12]==0 ) return 0;   /* torn, or !isInit */
+  memcpy(&mx, a + 16, sizeof(mx));
+  memcpy(&salt1, a + 32, sizeof(salt1));
+  return ((u64)salt1 << 32) | mx;
+}
+
 u32 wal_index_backfilled(const volatile void *shm0){
   u32 n;
   memcpy(&n, (const u8*)shm0 + 96, sizeof(n));

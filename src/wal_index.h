@@ -34,6 +34,14 @@ typedef struct wal_index_view {
 /* mxFrame of the first header copy in region 0 (shm0), native order. */
 u32 wal_index_mx_frame(const volatile void *shm0);
 
+/* Where the published frames end, as one value: salt-1 of the generation
+** (high 32 bits) and mxFrame (low), read from both header copies as SQLite
+** reads them (walIndexTryHdr); 0 if they differ (a publication under way)
+** or the wal-index is not initialized. This one is relied on: every frame
+** up to mxFrame of that generation was in the log file when SQLite
+** published it (wal.c writes frames before the header). */
+u64 wal_index_end_mark(const volatile void *shm0);
+
 /* nBackfill, and aReadMark[i] (0 <= i < 5), of the checkpoint information. */
 u32 wal_index_backfilled(const volatile void *shm0);
 u32 wal_index_read_mark(const volatile void *shm0, int i);

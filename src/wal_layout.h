@@ -53,6 +53,11 @@ typedef struct log_request log_request;
                                 ** (no solo group mode), and a stock commit
                                 ** carries no flush ticket */
 #define LAYOUT_NEEDS_RESERVE 0x2  /* pages need 24 reserved bytes (embed) */
+#define LAYOUT_PARTIAL_PAGES 0x4  /* frames straddle blocks: a commit through
+                                  ** the page cache writes parts of pages,
+                                  ** which must then be in the cache or be
+                                  ** read first: the log's zero-fill goes
+                                  ** through the page cache (wal_log.c) */
 
 typedef struct wal_layout {
   int id;                       /* WALDIO_LAYOUT_* */

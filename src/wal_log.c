@@ -363,7 +363,8 @@ static int make_durable(waldio_log *pLog, i64 end){
   }
   if( rc ) return rc;
   target = end<=size ? size : grow_target(pLog, size, end);
-  rc = dio_zero_fill(&pLog->file, size, target - size);
+  rc = dio_zero_fill(&pLog->file, size, target - size,
+                     (pLog->pLayout->flags & LAYOUT_PARTIAL_PAGES)!=0);
   if( rc ) return rc;                 /* a full disk: nothing is lost */
   rc = dio_fdatasync(&pLog->file);
   pthread_mutex_lock(&pLog->mutex);
