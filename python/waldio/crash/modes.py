@@ -42,8 +42,11 @@ class Mode:
     kill_contract: str = "all"
     testonly: bool = False
     # The run starts from a standard WAL left by stock SQLite (the first
-    # third of the transactions, never checkpointed); waldio converts it at
-    # its first open (format.md §7), during the recording.
+    # third of the transactions, never checkpointed); waldio opens it as it
+    # is (the standard layout, auto's for a standard WAL), or converts it at
+    # its first open when the mode names a slotted layout (+pad4k: the stock
+    # database has no reserved bytes for embed; format.md §7), during the
+    # recording.
     from_stock: bool = False
     # LS-MVBT modes: the CREATE VIRTUAL TABLE options of the store (empty:
     # not an LS-MVBT mode).
