@@ -102,7 +102,7 @@ def test_processes_opening_together_after_a_clean_close(sqlite: Any, dbdir: Path
     path = dbdir / "c.db"
     conn = sqlite.waldio(path)
     wl.setup(conn)
-    conn.close()                              # clean: the guard is cleared
+    conn.close()                              # clean: the log is idle
     script = dbdir / "opener.py"
     script.write_text(OPENER % {"here": str(HERE)})
     start = time.time() + 2.0

@@ -2,8 +2,9 @@
 
 Each program here is run exactly as a user would run it, under `waldio run`,
 and the database it wrote is then examined: its log must be a waldio log
-(block 0 holds waldio's superblock), or PRAGMA waldio must answer through
-the program's own SQLite. Programs: the Debian sqlite3 shell, a C program
+(it outlives the program's last close, which stock SQLite's WAL does not; a
+slotted layout's block 0 names it), or PRAGMA waldio must answer through the
+program's own SQLite. Programs: the Debian sqlite3 shell, a C program
 linked with -lsqlite3, /usr/bin/python3's sqlite3 module; a program with its
 own static SQLite must be refused, and programs that never use SQLite must
 run as without waldio.
