@@ -83,6 +83,9 @@ def test_flusher_flushes_only_what_commits_owe(sqlite: Any, dbdir: Path, layout:
     conn = fresh(sqlite, dbdir / "owed.db", "NORMAL", flush_ms=20, layout=layout)
     wl.inserts(conn, 9, n=1)                            # arms the flusher
     conn.execute("PRAGMA wal_checkpoint(PASSIVE)")      # and syncs the log
+    # (On a loaded machine the flusher may have flushed that commit before
+    # the checkpoint: what counts is what it does from here on.)
+    before = stats(conn)["timer_flushes"]
     conn.execute("PRAGMA cache_size=-256")              # force spills
     conn.execute("BEGIN")
     for i in range(1500):
@@ -91,12 +94,12 @@ def test_flusher_flushes_only_what_commits_owe(sqlite: Any, dbdir: Path, layout:
     assert spilled["buffered_writes"] > 1, spilled
     time.sleep(0.2)                                     # ten deadlines
     st = stats(conn)
-    assert st["timer_flushes"] == 0, st
+    assert st["timer_flushes"] == before, st
     conn.execute("COMMIT")
     deadline = time.monotonic() + 10
-    while stats(conn)["timer_flushes"] == 0 and time.monotonic() < deadline:
+    while stats(conn)["timer_flushes"] == before and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert stats(conn)["timer_flushes"] == 1
+    assert stats(conn)["timer_flushes"] == before + 1
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 1501
     conn.close()
 
