@@ -3,7 +3,8 @@ visibility of buffered commits, checkpoints, many concurrent committers,
 process kills, and the hand-over when another process opens the database
 (tests/c/test_group_processes.c: many processes).
 
-Each runs with the default layout of a new log, standard, and with embed.
+Each runs with the default layout of a new log, standard, and with embed
+(on apsw's SQLite only, to save time).
 They differ in how a process alone commits: embed buffers its commits in
 memory ("solo", scope "process") until a group write; standard is never
 solo: every commit writes its frames into the log at once and only the
@@ -30,6 +31,8 @@ from waldio.drivers import SQLiteError
 
 WORKER = str(Path(__file__).resolve().parent / "worker.py")
 LAYOUTS = ["standard", "embed"]
+# embed on apsw's SQLite only; the default layout on both builds (time).
+pytestmark = pytest.mark.second_layout_on_apsw
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)

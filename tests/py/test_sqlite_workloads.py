@@ -1,9 +1,9 @@
 """SQLite-level tests: the same workloads through waldio and through stock
 SQLite, on both SQLite builds, compared row by row and integrity-checked.
 Each runs with the default layout of a new log, standard (SQLite's own WAL),
-and with embed (frame headers in the pages' reserved bytes); the stock
-reference gets the same reserved bytes, so its B-trees and frame counts are
-the waldio database's.
+and with embed (frame headers in the pages' reserved bytes; on apsw's SQLite
+only, to save time); the stock reference gets the same reserved bytes, so its
+B-trees and frame counts are the waldio database's.
 """
 from __future__ import annotations
 
@@ -23,6 +23,12 @@ from waldio import logformat
 
 WORKER = str(Path(__file__).resolve().parent / "worker.py")
 LAYOUTS = ["standard", "embed"]
+
+
+def both_layouts(test: Any) -> Any:
+    """Run with each of LAYOUTS: embed on apsw's SQLite only, the default
+    layout on both builds (time)."""
+    return pytest.mark.second_layout_on_apsw(pytest.mark.parametrize("layout", LAYOUTS)(test))
 RESERVE = {"standard": 0, "embed": 24, "pad4k": 0, "pad8k": 0}
 # What a TRUNCATE checkpoint leaves: nothing, as stock SQLite, or block 0.
 AFTER_TRUNCATE = {"standard": 0, "embed": 4096}
@@ -79,7 +85,7 @@ def reopen_rows(sqlite: Any, path: Path, **options: Any) -> Any:
         conn.close()
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 @pytest.mark.parametrize("sync", ["FULL", "NORMAL"])
 @pytest.mark.parametrize("workload", sorted(wl.WORKLOADS))
 def test_workload_matches_stock(sqlite: Any, dbdir: Path, workload: str, sync: str,
@@ -128,7 +134,7 @@ def test_page_sizes_and_layouts(sqlite: Any, dbdir: Path, layout: str, page_size
     assert reopen_rows(sqlite, dbdir / "waldio.db", layout=layout) == out["stock"]["rows"]
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_vacuum_keeps_reserve(sqlite: Any, dbdir: Path, layout: str) -> None:
     def work(c: Any) -> Any:
         wl.crud(c, 3, n=200)
@@ -142,7 +148,7 @@ def test_vacuum_keeps_reserve(sqlite: Any, dbdir: Path, layout: str) -> None:
     assert (dbdir / "stock.db").read_bytes()[20] == RESERVE[layout]   # the reference too
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_wal_restart_reuses_the_preallocated_log(sqlite: Any, dbdir: Path, layout: str) -> None:
     extends = []
 
@@ -164,7 +170,7 @@ def test_wal_restart_reuses_the_preallocated_log(sqlite: Any, dbdir: Path, layou
     assert out["stats"]["block0_writes"] >= 12
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_journal_size_limit(sqlite: Any, dbdir: Path, layout: str) -> None:
     sizes = []
 
@@ -187,7 +193,7 @@ def test_journal_size_limit(sqlite: Any, dbdir: Path, layout: str) -> None:
     assert out["stats"]["prealloc_extends"] >= 1
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_sync_modes(sqlite: Any, dbdir: Path, layout: str) -> None:
     for mode in ("full", "normal", "persistent"):
         d = dbdir / mode
@@ -218,7 +224,7 @@ def test_sync_modes(sqlite: Any, dbdir: Path, layout: str) -> None:
             assert st["flushes"] < 50
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_threads_read_while_one_writes(sqlite: Any, dbdir: Path, layout: str) -> None:
     path = dbdir / "waldio.db"
     conn = sqlite.waldio(path, layout=layout)
@@ -255,7 +261,7 @@ def test_threads_read_while_one_writes(sqlite: Any, dbdir: Path, layout: str) ->
     assert rows == stock_rows(sqlite, dbdir / "stock.db", [(99, 300)])
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path, layout: str) -> None:
     """The readers and the writer open with auto: the log keeps its layout."""
     path = dbdir / "waldio.db"
@@ -283,7 +289,7 @@ def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path, layout: str) 
     assert rows == stock_rows(sqlite, dbdir / "stock.db", [(5, 300)])
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 @pytest.mark.parametrize("sync", ["FULL", "NORMAL"])
 def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path,
                                                         sync: str, layout: str) -> None:
@@ -313,7 +319,7 @@ def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path
     assert rows == stock_rows(sqlite, dbdir / "stock.db", expected)
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir: Path,
                                                              layout: str) -> None:
     """Process A keeps its connection (and its cache of the frames it wrote)
@@ -341,7 +347,7 @@ def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir:
     ref.close()
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@both_layouts
 @pytest.mark.parametrize("group", ["off", "async", "durable"])
 def test_exclusive_locking_mode(sqlite: Any, dbdir: Path, group: str, layout: str) -> None:
     """locking_mode=EXCLUSIVE before the log opens: SQLite keeps the wal-index

@@ -15,7 +15,7 @@ the processes' concurrent first opens must recover it (the default layout,
 standard, keeps it as it is; pad4k, asked for, converts it).
 Both also run with every process asking for a slotted layout (embed, or pad4k
 from the stock WAL: that database has no reserved bytes), on apsw's SQLite
-only: each run takes seconds.
+only and for half the time (to save time).
 
 test_walthread2_shape: the four-process shape of SQLite's walthread-2: two
 processes loop on open, read sqlite_master, PRAGMA journal_mode=WAL, BEGIN,
@@ -129,7 +129,8 @@ def collect(proc: subprocess.Popen, role: str, wid: int) -> Dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]]]) -> Run:
+def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]]],
+                seconds: float = SECONDS) -> Run:
     """Start every worker, let them go at once, wait for all of them."""
     go = db.parent / "go"
     procs = [start_worker(driver_name, role, db, dict(opts, go=str(go), busy_ms=BUSY_MS))
@@ -138,7 +139,7 @@ def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]
         p.stdout.readline()                      # "ready" (or EOF if it died)
     t0 = time.time()
     tmp = db.parent / "go.tmp"
-    tmp.write_text("%f\n" % (t0 + SECONDS))
+    tmp.write_text("%f\n" % (t0 + seconds))
     tmp.rename(go)                               # every worker sees the whole line
     run = Run()
     run.figures = [collect(p, role, opts["id"]) for p, (role, opts) in zip(procs, plan)]
@@ -221,10 +222,10 @@ def seed_stock_wal(driver_name: str, db: Path, ids: List[int]) -> int:
 
 
 def stress(sqlite: Any, dbdir: Path, vfs: str, start: str = "clean",
-           layout: str = "auto") -> Run:
+           layout: str = "auto", seconds: float = SECONDS) -> Run:
     """start: "clean" (created and closed through vfs) or "stock-wal" (a
     standard WAL with uncheckpointed frames, which the first opens recover).
-    layout: what every waldio connection asks for."""
+    layout: what every waldio connection asks for; seconds: how long."""
     db = dbdir / "stress.db"
     plan = stress_plan(vfs, layout)
     ids = [o["id"] for _, o in plan]
@@ -233,7 +234,7 @@ def stress(sqlite: Any, dbdir: Path, vfs: str, start: str = "clean",
         seeded = {0: seed_stock_wal(sqlite.name, db, ids)}
     else:
         create_stress_db(sqlite.driver, db, vfs, ids, layout)
-    run = run_workers(sqlite.name, db, plan)
+    run = run_workers(sqlite.name, db, plan, seconds)
     print("\n" + run.summary("stress %s %s, start %s" % (sqlite.name, vfs, start)))
     assert not run.errors(), "\n".join(run.errors())
     assert run.total("commits", WRITERS) > 0 and run.total("reads") > 0
@@ -263,12 +264,13 @@ def test_many_processes_from_a_stock_wal(sqlite: Any, dbdir: Path) -> None:
 
 
 def test_many_processes_embed(apsw_sqlite: Any, dbdir: Path) -> None:
-    stress(apsw_sqlite, dbdir, "waldio", layout="embed")
+    stress(apsw_sqlite, dbdir, "waldio", layout="embed", seconds=SECONDS / 2)
 
 
 def test_many_processes_from_a_stock_wal_padded(apsw_sqlite: Any, dbdir: Path) -> None:
     """The first opens convert the stock WAL (issue 9 item 3, the race)."""
-    stress(apsw_sqlite, dbdir, "waldio", start="stock-wal", layout="pad4k")
+    stress(apsw_sqlite, dbdir, "waldio", start="stock-wal", layout="pad4k",
+           seconds=SECONDS / 2)
 
 
 def test_many_processes_stock_control(apsw_sqlite: Any, dbdir: Path) -> None:
