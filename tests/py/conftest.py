@@ -46,6 +46,14 @@ class Sqlite:
         """A connection through the waldio VFS, options as URI parameters."""
         return self.driver.connect(waldio.uri(path, **options), vfs="waldio")
 
+    def last_error(self) -> str:
+        """waldio's last error message in this SQLite build (waldio_last_error())."""
+        c = self.driver.connect(":memory:", uri=False)
+        try:
+            return str(c.execute("SELECT waldio_last_error()")[0][0])
+        finally:
+            c.close()
+
     def stock(self, path: Path | str, reserve: int = 0) -> drivers.Connection:
         """A connection through SQLite's own unix VFS. reserve: reserved bytes
         per page for a new database (24 makes its B-trees identical to a

@@ -30,14 +30,6 @@ def layout(conn: Any) -> str:
     return json.loads(conn.execute("PRAGMA waldio")[0][0])["layout"]
 
 
-def last_error(sqlite: Any) -> str:
-    c = sqlite.driver.connect(":memory:", uri=False)
-    try:
-        return str(c.execute("SELECT waldio_last_error()")[0][0])
-    finally:
-        c.close()
-
-
 def create(sqlite: Any, path: Path, before: List[str], **uri: Any) -> Any:
     conn = sqlite.waldio(path, **uri)
     for sql in before:
@@ -72,7 +64,7 @@ def test_embed_refuses_pages_smaller_than_a_block(sqlite: Any, dbdir: Path, page
     with pytest.raises(SQLiteError) as e:
         create(sqlite, path, [f"PRAGMA page_size={page}"], layout="embed")
     assert e.value.code == 14                                 # SQLITE_CANTOPEN
-    msg = last_error(sqlite)
+    msg = sqlite.last_error()
     assert f"page size {page}" in msg and "waldio_layout at auto" in msg, msg
     assert header(path) == (page, 0)
 

@@ -129,7 +129,7 @@ def test_waldio_refuses_while_stock_sqlite_has_the_database(sqlite: Any, dbdir: 
     with pytest.raises(SQLiteError) as e:
         sqlite.driver.connect(waldio.uri(path, **EMBED), vfs="waldio", timeout_ms=5000)
     assert e.value.code == 5
-    assert "open in SQLite without waldio" in waldio_last_error(sqlite)
+    assert "open in SQLite without waldio" in sqlite.last_error()
     stock.close()
     conn = sqlite.waldio(path, **EMBED)
     assert conn.execute("SELECT count(*) FROM acct")[0][0] == wl.ACCOUNTS
@@ -153,14 +153,6 @@ def test_waldio_shares_the_database_with_stock_sqlite(sqlite: Any, dbdir: Path) 
     finally:
         conn.close()
         stock.close()
-
-
-def waldio_last_error(sqlite: Any) -> str:
-    c = sqlite.driver.connect(":memory:", uri=False)
-    try:
-        return str(c.execute("SELECT waldio_last_error()")[0][0])
-    finally:
-        c.close()
 
 
 @pytest.mark.parametrize("asked,reserve,want", [("auto", 0, "standard"), ("embed", 24, "embed")])
@@ -198,7 +190,7 @@ def test_standard_wal_without_reserve(sqlite: Any, dbdir: Path, asked: str, want
     with pytest.raises(SQLiteError) as e:
         sqlite.waldio(path, layout="embed").execute("SELECT count(*) FROM t")
     assert e.value.code == 14
-    msg = waldio_last_error(sqlite)
+    msg = sqlite.last_error()
     assert "fewer than 24 reserved bytes" in msg and "waldio convert" in msg
     conn = sqlite.waldio(path, layout=asked)
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 30
@@ -235,7 +227,7 @@ def test_existing_database_without_reserve(sqlite: Any, dbdir: Path) -> None:
     with pytest.raises(SQLiteError) as e:
         conn.execute("INSERT INTO t VALUES(2)")
     assert e.value.code == 14
-    assert "waldio convert" in waldio_last_error(sqlite)
+    assert "waldio convert" in sqlite.last_error()
     conn.close()
     conn = sqlite.waldio(path)                     # auto: the standard layout
     conn.execute("INSERT INTO t VALUES(2)")
@@ -263,7 +255,7 @@ def test_page_with_bytes_in_the_reserved_tail_is_refused(sqlite: Any, dbdir: Pat
     with pytest.raises(SQLiteError) as e:
         conn.execute("INSERT INTO t(k, v) VALUES(2, x'00')")
     assert e.value.code == 10                       # SQLITE_IOERR
-    assert "last 24 reserved bytes" in waldio_last_error(sqlite)
+    assert "last 24 reserved bytes" in sqlite.last_error()
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 1
     assert wl.integrity(conn) == "ok"
     conn.close()
@@ -293,7 +285,7 @@ def test_page1_tail_in_use(sqlite: Any, dbdir: Path) -> None:
     conn = sqlite.waldio(path, **EMBED)            # the idle standard log, converted
     with pytest.raises(SQLiteError) as e:
         conn.execute("CREATE TABLE v(x)")
-    assert e.value.code == 10 and "pad4k" in waldio_last_error(sqlite)
+    assert e.value.code == 10 and "pad4k" in sqlite.last_error()
     assert wl.status(conn)["layout"] == "embed"
     assert conn.execute("SELECT sum(x) FROM t")[0][0] == 3
     conn.close()
@@ -316,7 +308,7 @@ def test_page_size_smaller_than_a_block(sqlite: Any, dbdir: Path) -> None:
     with pytest.raises(SQLiteError):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("CREATE TABLE t(x)")
-    assert "page size 1024" in waldio_last_error(sqlite)
+    assert "page size 1024" in sqlite.last_error()
     conn.close()
 
 
@@ -324,7 +316,7 @@ def test_bad_options_are_named(sqlite: Any, dbdir: Path) -> None:
     with pytest.raises(SQLiteError) as e:
         sqlite.waldio(dbdir / "x.db", layout="diagonal").execute("SELECT 1 FROM sqlite_master")
     assert e.value.code == 14
-    assert "waldio_layout=diagonal" in waldio_last_error(sqlite)
+    assert "waldio_layout=diagonal" in sqlite.last_error()
     conn = sqlite.waldio(dbdir / "y.db")
     with pytest.raises(SQLiteError) as e:
         conn.execute("PRAGMA waldio_sync=full")
@@ -369,7 +361,7 @@ def test_tmpfs_has_no_direct_io(sqlite: Any) -> None:
             wl.setup(conn)
         conn.close()
         assert e.value.code == 14
-        msg = waldio_last_error(sqlite)
+        msg = sqlite.last_error()
         assert "direct I/O is not available" in msg and "waldio_io=auto" in msg
         conn = sqlite.waldio(path, io="auto", **EMBED)
         wl.setup(conn)
@@ -391,7 +383,7 @@ def test_damaged_superblock_is_refused(sqlite: Any, dbdir: Path) -> None:
         f.write(b"\x99")
     with pytest.raises(SQLiteError):
         sqlite.waldio(path).execute("SELECT count(*) FROM t")
-    msg = waldio_last_error(sqlite)
+    msg = sqlite.last_error()
     assert "block 0 of the log is damaged" in msg and "waldio recover" in msg
 
 
@@ -408,7 +400,7 @@ def test_damaged_wal_header_with_frames_is_refused(sqlite: Any, dbdir: Path) -> 
     with pytest.raises(SQLiteError) as e:
         sqlite.waldio(path).execute("SELECT count(*) FROM t")
     assert e.value.code & 0xff == 11                  # SQLITE_CORRUPT
-    assert "WAL header (bytes 0..31) is damaged" in waldio_last_error(sqlite)
+    assert "WAL header (bytes 0..31) is damaged" in sqlite.last_error()
 
 
 def flip_byte(path: Path, offset: int) -> None:
@@ -501,7 +493,7 @@ def test_full_disk(sqlite: Any) -> None:
                 error = e
                 break
         assert error is not None and error.code == 13          # SQLITE_FULL
-        assert "No space left" in waldio_last_error(sqlite)
+        assert "No space left" in sqlite.last_error()
         try:
             conn.execute("ROLLBACK")
         except SQLiteError:
