@@ -117,10 +117,11 @@ def test_another_process_keeps_the_log_whole_until_it_closes(sqlite: Any, dbdir:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_truncate_checkpoint_with_another_process_open(sqlite: Any, dbdir: Path,
                                                        layout: str) -> None:
-    """The cut to the header block happens under the locks of a TRUNCATE
-    checkpoint (no reader, the write lock held). The other process then
-    notices the new generation and zero-fills again before its own direct
-    commits, instead of writing past the end of what it knew durable (L1)."""
+    """The cut (to nothing; embed: to the header block) happens under the
+    locks of a TRUNCATE checkpoint (no reader, the write lock held). The
+    other process then notices the new generation and zero-fills again
+    before its own direct commits, instead of writing past the end of what
+    it knew durable (L1)."""
     path = dbdir / "trunc.db"
     conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
@@ -163,7 +164,7 @@ def test_journal_size_limit_bounds_the_idle_log(sqlite: Any, dbdir: Path, limit:
     conn.close()
 
 
-@pytest.mark.parametrize("layout", ["standard", "embed"])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_kept_log_makes_the_next_sessions_first_commit_allocate_nothing(sqlite: Any,
                                                                         dbdir: Path,
                                                                         layout: str) -> None:
