@@ -1,7 +1,9 @@
 """What a database and its waldio log look like on disk, read without SQLite.
 
 Decodes the database header (page size, reserved bytes, read/write versions),
-the WAL header SQLite sees, and block 0 of a waldio log: the superblock
+the WAL header SQLite sees, and the log in its layout: a log of the standard
+layout is SQLite's own WAL (its frames, counted as SQLite's recovery would),
+block 0 of a slotted one (embed, pad4k, pad8k) holds the superblock
 (docs/format.md §2: magic, format, layout, block size, page size, frame size)
 and the in-use guard that makes stock SQLite refuse a log waldio is using.
 Used by ``waldio info`` and by ``waldio crash`` (to recognise a log's layout).
@@ -68,6 +70,35 @@ def describe_wal_header(h: bytes) -> Dict[str, Any]:
         kind = "unknown WAL version %d" % version
     return {"kind": kind, "page_size": _u32(h, 8), "checkpoint_seq": _u32(h, 12),
             "salts": [_u32(h, 16), _u32(h, 20)]}
+
+
+def standard_frames(wal: bytes) -> Dict[str, int]:
+    """The frames a standard WAL (SQLite's format, the standard layout) holds,
+    as SQLite's recovery finds them (src/wal.c walIndexRecover): from byte 32,
+    frames of 24 + page bytes, valid while their salts match the header's and
+    their checksums continue the chain; the log ends at the first that fails.
+    Frames after the last commit frame belong to no transaction."""
+    out = {"frames": 0, "committed_frames": 0, "commits": 0}
+    if not header_ok(wal) or _u32(wal, 4) != WAL_VERSION:
+        return out
+    page, big = _u32(wal, 8), bool(_u32(wal, 0) & 1)
+    page = 65536 if page == 1 else page
+    salts, s = wal[16:24], (_u32(wal, 24), _u32(wal, 28))
+    off = WAL_HDR
+    while off + FRAME_HDR + page <= len(wal):
+        fh = wal[off:off + FRAME_HDR]
+        if _u32(fh, 0) == 0 or fh[8:16] != salts:
+            break
+        s = wal_checksum(fh[:8], big, s)
+        s = wal_checksum(wal[off + FRAME_HDR:off + FRAME_HDR + page], big, s)
+        if s != (_u32(fh, 16), _u32(fh, 20)):
+            break
+        out["frames"] += 1
+        if _u32(fh, 4):
+            out["committed_frames"] = out["frames"]
+            out["commits"] += 1
+        off += FRAME_HDR + page
+    return out
 
 
 def header_ok(h: bytes) -> bool:
@@ -178,11 +209,18 @@ def describe_database(path: Path) -> Dict[str, Any]:
     wal = Path(str(path) + "-wal")
     info["wal_file"] = {"exists": wal.exists()}
     if wal.exists():
-        with open(wal, "rb") as f:
-            b0 = f.read(512)
-        info["wal_file"].update(size=wal.stat().st_size,
-                                header=describe_wal_header(b0[:32]),
-                                superblock=describe_superblock(b0))
+        data = wal.read_bytes()
+        sb = describe_superblock(data[:512])
+        info["wal_file"].update(size=len(data), header=describe_wal_header(data[:32]),
+                                superblock=sb)
+        # No superblock (nor the guard of a damaged one): SQLite's own WAL
+        # format, the standard layout's (or stock SQLite's, which deletes its
+        # WAL at the last close: a log that outlives it is waldio's).
+        if sb["present"] or "damage" in sb:
+            info["wal_file"]["layout"] = sb.get("layout", "unknown (damaged superblock)")
+        else:
+            info["wal_file"]["layout"] = "standard"
+            info["wal_file"].update(standard_frames(data))
     for suffix in ("-shm", "-wal-shm"):
         info["wal_file"]["has" + suffix.replace("-", "_")] = Path(str(path) + suffix).exists()
     return info

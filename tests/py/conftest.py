@@ -3,7 +3,9 @@
 `sqlite` is parametrized over both SQLite builds (apsw's bundled SQLite and
 Debian's system SQLite through ctypes), each with its own copy of waldio.so
 loaded into it (loading one file into two SQLite libraries in one process
-would make them share the extension's routine-table pointer).
+would make them share the extension's routine-table pointer). A test marked
+second_layout_on_apsw runs its layouts other than the default (standard) on
+apsw's SQLite only.
 """
 from __future__ import annotations
 
@@ -43,6 +45,14 @@ class Sqlite:
     def waldio(self, path: Path | str, **options: Any) -> drivers.Connection:
         """A connection through the waldio VFS, options as URI parameters."""
         return self.driver.connect(waldio.uri(path, **options), vfs="waldio")
+
+    def last_error(self) -> str:
+        """waldio's last error message in this SQLite build (waldio_last_error())."""
+        c = self.driver.connect(":memory:", uri=False)
+        try:
+            return str(c.execute("SELECT waldio_last_error()")[0][0])
+        finally:
+            c.close()
 
     def stock(self, path: Path | str, reserve: int = 0) -> drivers.Connection:
         """A connection through SQLite's own unix VFS. reserve: reserved bytes
@@ -86,6 +96,30 @@ def dbdir() -> Path:
     d = Path(tempfile.mkdtemp(prefix="waldio-test-", dir=base))
     yield d
     shutil.rmtree(d, ignore_errors=True)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "second_layout_on_apsw: the test's layouts other than the default "
+        "(standard) run on apsw's SQLite only (the default on both builds), to keep "
+        "make test within its time")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """Deselect, for tests marked second_layout_on_apsw, the cases of a
+    non-default layout on the system SQLite."""
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if (item.get_closest_marker("second_layout_on_apsw")
+                and params.get("layout", "standard") != "standard"
+                and not str(params.get("sqlite", "apsw")).startswith("apsw")):
+            drop.append(item)
+        else:
+            keep.append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

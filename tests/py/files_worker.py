@@ -7,14 +7,18 @@ Runs as whoever starts it -- root, or an unprivileged user through setpriv
 nothing but its standard library: the sqlite3 module (the system SQLite) and
 a copy of waldio.so loaded into it, so that a user without access to the
 checkout or to root's Python packages can run it. Prints one JSON object.
+WALDIO_TEST_LAYOUT in the environment names the log layout to ask for (as
+the C tests take it); without it, the default (auto).
 
 Scenarios:
   footprint   small commits, one large transaction, reopen/write/checkpoint,
               a TRUNCATE checkpoint and journal_size_limit: the log's size
               after each step (ARG: journal_size_limit for the last part)
   write       open DB (creating it in WAL mode if new), insert a row with
-              'secret', report the modes and owners of the three files while
-              open and after the close
+              'secret', report the modes and owners of the database, its log
+              and the wal-index (the standard layout's is SQLite's -shm,
+              the slotted layouts' waldio's -wal-shm) while open and after
+              the close
 """
 from __future__ import annotations
 
@@ -22,6 +26,7 @@ import json
 import os
 import sqlite3
 import sys
+import urllib.parse
 from typing import Any, Dict
 
 BIG_ROWS = 12_000          # ~12 MB in one transaction: three times the idle bound
@@ -33,7 +38,12 @@ def connect(so: str, db: str) -> sqlite3.Connection:
     boot.enable_load_extension(True)
     boot.load_extension(so)             # entry point from the name: sqlite3_waldio_init
     boot.close()
-    conn = sqlite3.connect(db, isolation_level=None)
+    layout = os.environ.get("WALDIO_TEST_LAYOUT")
+    if layout:
+        uri = "file:%s?waldio_layout=%s" % (urllib.parse.quote(db), layout)
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    else:
+        conn = sqlite3.connect(db, isolation_level=None)
     vfs = conn.execute("SELECT json_extract(waldio, '$.vfs') FROM pragma_waldio").fetchone()
     assert vfs == ("waldio",), vfs
     return conn
@@ -45,7 +55,7 @@ def wal_size(db: str) -> int:
 
 def files(db: str) -> Dict[str, Any]:
     out = {}
-    for suffix in ("", "-wal", "-wal-shm"):
+    for suffix in ("", "-wal", "-shm", "-wal-shm"):
         try:
             st = os.stat(db + suffix)
             out[suffix or "db"] = {"mode": st.st_mode & 0o777, "uid": st.st_uid, "gid": st.st_gid,

@@ -27,9 +27,10 @@ rows' count per writer by a trigger):
                INSERT INTO t1, COMMIT, integrity_check, close; "switches"
                counts the pragmas that changed the mode
 
-opts: id (int), vfs ("waldio" or "unix"), go (path; without it the role
-starts at once and has no deadline), busy_ms, seed, mode,
-pause_ms (walthread: the longest pause between two connections).
+opts: id (int), vfs ("waldio" or "unix"), layout (waldio's log layout to ask
+for; default auto), go (path; without it the role starts at once and has no
+deadline), busy_ms, seed, mode, pause_ms (walthread: the longest pause between
+two connections).
 """
 from __future__ import annotations
 
@@ -97,7 +98,8 @@ class Worker:
     def open(self) -> Any:
         busy_ms = int(self.opts.get("busy_ms", 60000))
         if self.opts.get("vfs", "waldio") == "waldio":
-            conn = self.driver.connect(waldio.uri(self.db), vfs="waldio", timeout_ms=busy_ms)
+            conn = self.driver.connect(waldio.uri(self.db, layout=self.opts.get("layout", "auto")),
+                                       vfs="waldio", timeout_ms=busy_ms)
         else:
             conn = self.driver.connect(self.db, vfs="unix", uri=False, timeout_ms=busy_ms)
         self.fig.opens += 1

@@ -43,6 +43,25 @@ def test_info_describes_a_live_log(apsw_sqlite: Any, dbdir: Path) -> None:
     assert "layout:" in text and "pad4k" in text
 
 
+def test_info_describes_a_standard_log(apsw_sqlite: Any, dbdir: Path) -> None:
+    """The default layout's log is SQLite's own WAL: info counts its frames
+    and commits as SQLite's recovery would, inside the preallocated file."""
+    path = dbdir / "s.db"
+    conn = apsw_sqlite.waldio(path)
+    wl.setup(conn)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")      # the next commit starts afresh
+    wl.transfers(conn, 1, 10)
+    wal = json.loads(run("info", "--json", str(path)).stdout)["wal_file"]
+    assert wal["layout"] == "standard" and not wal["superblock"]["present"]
+    assert wal["header"]["kind"] == "standard SQLite WAL header"
+    assert wal["commits"] == 10 and wal["committed_frames"] == wal["frames"] >= 10
+    assert wal["size"] > 32 + wal["frames"] * (4096 + 24)      # zeros beyond the frames
+    assert not wal["has_wal_shm"] and wal["has_shm"]            # SQLite's own wal-index
+    text = run("info", str(path)).stdout
+    assert "standard" in text and "commits:" in text
+    conn.close()
+
+
 def test_detach_and_keep_wal(apsw_sqlite: Any, dbdir: Path) -> None:
     path = dbdir / "d.db"
     conn = apsw_sqlite.waldio(path)
@@ -63,6 +82,9 @@ def test_detach_and_keep_wal(apsw_sqlite: Any, dbdir: Path) -> None:
 
 
 def test_convert_then_embed(apsw_sqlite: Any, dbdir: Path) -> None:
+    """`waldio convert` gives a stock database the reserve the embed layout
+    needs; asked for by name, embed then holds it (auto would give the new
+    log the standard layout, which needs no reserve)."""
     path = dbdir / "c.db"
     stock = apsw_sqlite.stock(path)
     wl.setup(stock)
@@ -73,7 +95,7 @@ def test_convert_then_embed(apsw_sqlite: Any, dbdir: Path) -> None:
     out = run("convert", str(path))
     assert out.returncode == 0, out.stderr
     assert admin.describe_database(path)["reserve_bytes"] == 24
-    conn = apsw_sqlite.waldio(path)
+    conn = apsw_sqlite.waldio(path, layout="embed")
     assert wl.dump(conn) == rows
     wl.transfers(conn, 4, 5)
     assert wl.status(conn)["layout"] == "embed"
@@ -84,7 +106,8 @@ def test_convert_then_embed(apsw_sqlite: Any, dbdir: Path) -> None:
 
 
 def test_sqlite3_shell_loads_the_extension(dbdir: Path) -> None:
-    """Debian's sqlite3 shell: .load, then .open through the default VFS."""
+    """Debian's sqlite3 shell: .load, then .open through the default VFS; a
+    new database's log gets the standard layout, with SQLite's own -shm."""
     path = dbdir / "shell.db"
     script = (".load %s\n.open %s\nPRAGMA journal_mode=WAL;\nCREATE TABLE t(x);\n"
               "INSERT INTO t VALUES(1),(2),(3);\nSELECT sum(x) FROM t;\n.vfsname\n"
@@ -94,4 +117,5 @@ def test_sqlite3_shell_loads_the_extension(dbdir: Path) -> None:
     lines = out.stdout.splitlines()
     assert lines[0] == "wal" and lines[1] == "6"
     assert lines[2] == "waldio/unix"
-    assert json.loads(lines[3])["layout"] == "embed"
+    status = json.loads(lines[3])
+    assert (status["layout"], status["wal_index"]) == ("standard", "sqlite"), status

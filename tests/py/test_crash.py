@@ -8,6 +8,11 @@ log corruption, fault injection and a short fuzz run. The full campaign is
 Every check here can fail, and several tests show that it does: a mode
 without guarantees (rollback journal, synchronous=OFF) and a recording whose
 flushes are removed must both be reported as broken.
+
+The waldio modes run with the default layout of a new log, standard, and
+again with a slotted one (embed; pad4k from a stock database): every mode's
+campaign, and, to save time, the process kills and the campaigns of several
+processes only of modes whose paths differ most (direct, normal, group).
 """
 from __future__ import annotations
 
@@ -26,6 +31,11 @@ from waldio.crash.events import DEV, PAGE, W
 
 ROOT = Path(__file__).resolve().parents[2]
 STATES = int(os.environ.get("WALDIO_CRASH_STATES", "250"))
+# The modes run with the default layout of a new log (standard), and each
+# waldio mode again with a slotted layout: embed, or pad4k where the run
+# starts from a stock database (no reserved bytes for embed).
+SLOTTED = {m: m + ("+pad4k" if crash.MODES[m].from_stock else "+embed")
+           for m in crash.DEFAULT_MODES if crash.MODES[m].waldio}
 KILLS = int(os.environ.get("WALDIO_CRASH_KILLS", "6"))
 FUZZ_SECONDS = int(os.environ.get("WALDIO_FUZZ_SECONDS", "45"))
 
@@ -68,17 +78,21 @@ def test_recorder_is_built() -> None:
 
 # ------------------------------------------------------------ recording
 
-@pytest.mark.parametrize("mode", ["wal-full", "waldio-full", "waldio-persistent"])
+@pytest.mark.parametrize("mode", ["wal-full", "waldio-full", "waldio-persistent",
+                                  "waldio-full+embed"])
 def test_recorder_sees_every_kind_of_io(mode: str, out_root: Path) -> None:
     rec = crash.Recording(recording(mode, out_root))
     types = rec.n_by_type
     assert rec.n_acked == 80 and types["mark"] >= 81
     assert types["sync-begin"] == types["sync-end"] > 0
     writes: Dict[tuple, int] = {}
+    log_page_writes = set()
     for it in rec.items:
         if it.op == crash.W:
             k = (rec.ino_name[it.ino], it.cls)
             writes[k] = writes.get(k, 0) + 1
+            if k == ("c.db-wal", crash.PAGE):
+                log_page_writes.add((it.off, it.length))
     if mode == "wal-full":
         # Stock SQLite: everything buffered (page cache); the WAL is created
         # during the run (the base closed cleanly and deleted it), so its
@@ -89,11 +103,13 @@ def test_recorder_sees_every_kind_of_io(mode: str, out_root: Path) -> None:
         assert types.get("dirsync", 0) >= 1
         assert crash.DEV not in {c for (_, c) in writes}
     else:
-        # waldio: the log only through direct writes (persistent: RWF_DSYNC),
-        # the database through the page cache.
+        # waldio: the log's frames only through direct writes (persistent:
+        # RWF_DSYNC), the database through the page cache. A standard log's
+        # 32-byte header (SQLite's, at each restart) goes through the page
+        # cache (persistent: RWF_DSYNC); an embed log has no such write.
         cls = crash.FUA if mode == "waldio-persistent" else crash.DEV
         assert writes.get(("c.db-wal", cls), 0) >= 80
-        assert writes.get(("c.db-wal", crash.PAGE), 0) == 0
+        assert log_page_writes == ({(0, 32)} if mode == "waldio-full" else set())
         assert writes.get(("c.db", crash.PAGE), 0) > 0
         # Every acknowledged transaction's commit frame is found in the
         # recorded log writes, and (full, persistent) it was durable before
@@ -427,7 +443,7 @@ def test_model_requires_every_writers_acknowledged_transactions(tmp_path: Path) 
 
 # ------------------------------------------------------------ campaigns
 
-@pytest.mark.parametrize("mode", crash.DEFAULT_MODES)
+@pytest.mark.parametrize("mode", crash.DEFAULT_MODES + list(SLOTTED.values()))
 def test_campaign(mode: str, out_root: Path) -> None:
     res = crash.run_campaign(mode, states=STATES, seed=7, txns=80,
                              rec_dir=recording(mode, out_root))
@@ -495,7 +511,9 @@ def test_replay_rerecords_a_missing_recording(out_root: Path) -> None:
 
 # ------------------------------------------------------- process kills
 
-@pytest.mark.parametrize("mode", crash.DEFAULT_MODES)
+@pytest.mark.parametrize("mode", crash.DEFAULT_MODES + [
+    SLOTTED[m] for m in ("waldio-full", "waldio-normal", "waldio-group-durable",
+                         "waldio-group-async")])
 def test_sigkill(mode: str, out_root: Path) -> None:
     res = crash.run_kills(mode, KILLS, 11, txns=50, workdir=out_root / ("kill-" + mode))
     assert res["rounds"] == KILLS
@@ -656,6 +674,11 @@ MULTI_CAMPAIGNS = [
     ("two-procs", "waldio-group-strict"),
     ("ckpt-proc", "waldio-group-durable"), ("ckpt-proc", "waldio-group-async"),
     ("fork", "waldio-group-async"),
+    # The slotted layouts (embed, pad4k from stock), whose flush region lives
+    # in their own wal-index and whose group commit may be solo: one mode of
+    # each path per workload (time).
+    ("two-procs", "waldio-from-stock+pad4k"), ("two-procs", "waldio-group-async+embed"),
+    ("ckpt-proc", "waldio-normal+embed"), ("fork", "waldio-full+embed"),
 ]
 
 
@@ -967,15 +990,17 @@ ctl.execute("SELECT recorder_stop()").fetchall()
 
 
 
-def _record_commits_then(d: Path, live: Path, commits: int, then: str) -> crash.Recording:
+def _record_commits_then(d: Path, live: Path, commits: int, then: str,
+                         layout: str = "auto") -> crash.Recording:
     """Record `commits` FULL commits of 3000-byte rows into a new database
-    live/x.db (prealloc 256K, no autocheckpoint), then the Python code
-    `then` (c: the connection, path: the database), in a process of its own."""
+    live/x.db (prealloc 256K, no autocheckpoint, the log layout asked for),
+    then the Python code `then` (c: the connection, path: the database), in
+    a process of its own."""
     live.mkdir(parents=True)
     p = run_recorded("""
 ctl.execute("SELECT recorder_start(?)", (%r,)).fetchall()
 path = %r
-c = apsw.Connection(waldio.uri(path, prealloc="256K"), vfs="waldio",
+c = apsw.Connection(waldio.uri(path, prealloc="256K", layout=%r), vfs="waldio",
                     flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_URI)
 c.execute("PRAGMA journal_mode=WAL").fetchall()
 c.execute("PRAGMA synchronous=FULL")
@@ -986,16 +1011,35 @@ for i in range(%d):
 %s
 ctl.execute("SELECT recorder_stop()").fetchall()
 os._exit(0)
-""" % (str(d / "events.bin"), str(live / "x.db"), commits, then))
+""" % (str(d / "events.bin"), str(live / "x.db"), layout, commits, then))
     assert p.wait(120) == 0, p.stderr.read()
     return _recording_of(d, live, "waldio-full")
 
 
+def _shrinks(rec: crash.Recording, name: str) -> List[Any]:
+    """The truncates that made file `name` smaller (a standard log's first
+    direct commit also sets its size, up to its first block's end)."""
+    size, out = 0, []
+    for it in rec.items:
+        if it.name != name:
+            continue
+        if it.op in (crash.W, "F"):              # a write, a fallocate
+            size = max(size, it.off + it.length)
+        elif it.op == "T":
+            if it.length < size:
+                out.append(it)
+            size = it.length
+    return out
+
+
+@pytest.mark.parametrize("layout", ["standard", "embed"])
 def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Path,
-                                                                   apsw_sqlite: Any) -> None:
+                                                                   apsw_sqlite: Any,
+                                                                   layout: str) -> None:
     """100 FULL commits grow the log beyond its 256 KiB preallocation; a
     TRUNCATE checkpoint copies them all into the database (synced), rewrites
-    block 0 and shrinks the log. A power loss that keeps the shrink but not
+    block 0 and shrinks the log (embed; standard: to nothing, as stock
+    SQLite). A power loss that keeps the shrink but not
     the rewrite of block 0 (possible where a file's new size is not ordered
     after the device flush: ext4 without a journal, as this machine's root;
     the model lets metadata and data reach the disk in any order) must still
@@ -1003,12 +1047,12 @@ def test_truncate_checkpoint_never_leaves_a_prefix_of_a_generation(out_root: Pat
     'waldio-full/ckpt-proc/seed=1/txns=200/power:2290:rand:845893989'.)"""
     import shutil
     import apsw
-    d = out_root / "shrink"
+    d = out_root / ("shrink-" + layout)
     live = d / "live"
     rec = _record_commits_then(d, live, 100, """
 assert c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall() == [(0, 0, 0)]
-""")
-    shrinks = [it for it in rec.items if it.op == "T" and it.name == "x.db-wal"]
+""", layout)
+    shrinks = _shrinks(rec, "x.db-wal")
     assert shrinks, "the log was never shrunk"
     for shrink in shrinks:
         volatile = [it for it in rec.items if it.idx <= shrink.idx and it.durable_at > shrink.idx]
@@ -1032,10 +1076,12 @@ assert c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall() == [(0, 0, 0)]
                            "100 acknowledged rows" % (shrink.describe(), integrity[:1], rows))
 
 
+@pytest.mark.parametrize("layout", ["standard", "embed"])
 def test_close_cut_never_leaves_a_prefix_of_a_generation(out_root: Path,
-                                                        apsw_sqlite: Any) -> None:
+                                                        apsw_sqlite: Any, layout: str) -> None:
     """The last close cuts the log to its idle bound (here the 256 KiB
-    preallocation) after block 0 says "no generation". 300 FULL commits grow
+    preallocation) after block 0 says "no generation" (embed) or the header
+    got new salts (standard: layout_standard.c T4). 300 FULL commits grow
     the log to ~1.2 MB; the clean close checkpoints them and cuts. A power
     loss that keeps the cut but not the block-0 rewrite would leave the
     first frames of the generation, older page images than the database's:
@@ -1043,14 +1089,14 @@ def test_close_cut_never_leaves_a_prefix_of_a_generation(out_root: Path,
     hold all 300 rows."""
     import shutil
     import apsw
-    d = out_root / "closecut"
+    d = out_root / ("closecut-" + layout)
     live = d / "live"
     rec = _record_commits_then(d, live, 300, """
 assert os.path.getsize(path + "-wal") > 1 << 20
 c.close()
 assert os.path.getsize(path + "-wal") == 256 << 10
-""")
-    shrinks = [it for it in rec.items if it.op == "T" and it.name == "x.db-wal"]
+""", layout)
+    shrinks = _shrinks(rec, "x.db-wal")
     assert shrinks, "the close never cut the log"
     for shrink in shrinks:
         volatile = [it for it in rec.items if it.idx <= shrink.idx

@@ -4,7 +4,9 @@ Every refusal or failure returns the most specific SQLite code and reaches
 sqlite3_log with its reason (src/errors.c); with WALDIO_VERBOSE=1 (`waldio
 run -v`) the reason is on stderr too, for programs that install no log
 callback: the sqlite3 shell, scripts. A refusal comes at once, not after a
-busy timeout.
+busy timeout. The refusal here is of the embed layout (asked for by name: a
+URI parameter, WALDIO_LAYOUT) for a database stock SQLite has open; the
+default layout, standard, shares it (test_safety.py).
 """
 from __future__ import annotations
 
@@ -57,7 +59,8 @@ def held_by_stock(sqlite: Any, dbdir: Path) -> Any:
 def test_shell_extension_shows_the_reason_when_asked(held_by_stock: Path, verbose: bool) -> None:
     so = held_by_stock.parent / "waldio.so"
     shutil.copyfile(waldio.extension_path(), so)
-    p = subprocess.run([shell(), ":memory:", f".load {so}", f".open {held_by_stock}",
+    p = subprocess.run([shell(), ":memory:", f".load {so}",
+                        f".open file:{held_by_stock}?waldio_layout=embed",
                         "SELECT count(*) FROM t;"], capture_output=True, text=True, timeout=60,
                        env=clean_env(**({"WALDIO_VERBOSE": "1"} if verbose else {})))
     assert p.returncode != 0
@@ -69,7 +72,8 @@ def test_shell_extension_shows_the_reason_when_asked(held_by_stock: Path, verbos
 def test_waldio_run_v_shows_the_reason(held_by_stock: Path) -> None:
     p = subprocess.run([sys.executable, "-m", "waldio", "run", "-v", "--", shell(),
                         str(held_by_stock), "SELECT count(*) FROM t;"],
-                       capture_output=True, text=True, timeout=60, env=clean_env())
+                       capture_output=True, text=True, timeout=60,
+                       env=clean_env(WALDIO_LAYOUT="embed"))
     assert p.returncode != 0
     assert REASON in p.stderr and "database is locked" in p.stderr, p.stderr
 
@@ -78,7 +82,8 @@ def test_refusal_is_busy_and_immediate(sqlite: Any, held_by_stock: Path) -> None
     """Refused by sqlite3_open itself: at the first statement, SQLite would
     retry a BUSY for the connection's whole busy timeout first."""
     with pytest.raises(SQLiteError) as e:
-        sqlite.driver.connect(waldio.uri(held_by_stock), vfs="waldio", timeout_ms=60_000)
+        sqlite.driver.connect(waldio.uri(held_by_stock, layout="embed"), vfs="waldio",
+                              timeout_ms=60_000)
     assert e.value.code == 5                                   # SQLITE_BUSY
 
 

@@ -3,11 +3,13 @@
 After the last connection anywhere closes, the log (<db>-wal) keeps at most
 the idle bound that PRAGMA waldio reports (idle_log_bytes: the default, or
 less with a smaller prealloc or PRAGMA journal_size_limit); a TRUNCATE
-checkpoint leaves the header block at once, as stock SQLite leaves 0 bytes.
-While any other connection -- in this process or another -- has the
-database open, nothing it may still need is cut. (docs/durability.md, "The
-log left beside an idle database"; src/log_open.c close_clean, src/wal_log.c
-log_truncate, src/wal_file.c truncate_floor.)
+checkpoint leaves 0 bytes at once, as stock SQLite does (the slotted layouts
+keep their header block). While any other connection -- in this process or
+another -- has the database open, nothing it may still need is cut. Each
+test runs with the default layout of a new log, standard, and with embed
+(the cut differs: src/layout_standard.c, src/log_superblock.c).
+(docs/durability.md, "The log left beside an idle database"; src/log_open.c
+close_clean, src/wal_log.c log_truncate, src/wal_file.c truncate_floor.)
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ from sql_peer import Peer
 from users import USERS, Workspace, user
 
 HEADER_BLOCK = 4096
+LAYOUTS = ["standard", "embed"]
+# What a TRUNCATE checkpoint leaves: nothing (SQLite's own WAL), or block 0.
+AFTER_TRUNCATE = {"standard": 0, "embed": HEADER_BLOCK}
 CEILING = 4 << 20              # issue 20: the default bound is at most 4 MiB
 
 
@@ -33,13 +38,16 @@ def status(conn: Any) -> Any:
     return json.loads(conn.execute("SELECT waldio FROM pragma_waldio")[0][0])
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("who", USERS)
-def test_idle_log_is_bounded_whatever_the_transactions(who: str, dbdir: Path) -> None:
+def test_idle_log_is_bounded_whatever_the_transactions(who: str, dbdir: Path,
+                                                       layout: str) -> None:
     """Small commits, a 12 MB transaction, reopen/write/checkpoint, a TRUNCATE
     checkpoint and journal_size_limit, as root and as an unprivileged user."""
     u = user(who)
     ws = Workspace(dbdir, u)
-    r = ws.run(u, "footprint", ws.dir / "f.db", str(1 << 20))
+    r = ws.run(u, "footprint", ws.dir / "f.db", str(1 << 20),
+               env={"WALDIO_TEST_LAYOUT": layout})
     assert r["uid"] == u.uid
     bound = r["idle_log_bytes"]
     assert 0 < bound <= CEILING
@@ -50,7 +58,7 @@ def test_idle_log_is_bounded_whatever_the_transactions(who: str, dbdir: Path) ->
     assert r["closed_after_big_transaction"] <= bound, r
     assert r["closed_after_reopen_write_checkpoint"] <= bound, r
     assert r["truncate_checkpoint"] == [0, 0, 0], r
-    assert r["after_truncate_checkpoint"] <= HEADER_BLOCK, r
+    assert r["after_truncate_checkpoint"] == AFTER_TRUNCATE[layout], r
     assert r["closed_with_journal_size_limit"] <= 1 << 20, r
     assert r["rows"] == 2000 + 12_000 + 1 + 3000 + 300 and r["integrity"] == "ok", r
 
@@ -63,9 +71,11 @@ def grow(conn: Any, rows: int = 6000) -> None:
     conn.execute("COMMIT")
 
 
-def test_only_the_last_connection_of_the_process_cuts(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_only_the_last_connection_of_the_process_cuts(sqlite: Any, dbdir: Path,
+                                                      layout: str) -> None:
     path = dbdir / "two.db"
-    a = sqlite.waldio(path)
+    a = sqlite.waldio(path, layout=layout)
     wl.setup(a)
     b = sqlite.waldio(path)
     assert b.execute("SELECT count(*) FROM t")[0][0] == 0   # b uses it (SQLite opens lazily)
@@ -83,9 +93,11 @@ def test_only_the_last_connection_of_the_process_cuts(sqlite: Any, dbdir: Path) 
     c.close()
 
 
-def test_another_process_keeps_the_log_whole_until_it_closes(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_another_process_keeps_the_log_whole_until_it_closes(sqlite: Any, dbdir: Path,
+                                                             layout: str) -> None:
     path = dbdir / "peer.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     bound = status(conn)["idle_log_bytes"]
     peer = Peer(sqlite.name, path)
@@ -102,20 +114,23 @@ def test_another_process_keeps_the_log_whole_until_it_closes(sqlite: Any, dbdir:
     assert wal(path) <= bound               # the peer was the last: it cut
 
 
-def test_truncate_checkpoint_with_another_process_open(sqlite: Any, dbdir: Path) -> None:
-    """The cut to the header block happens under the locks of a TRUNCATE
-    checkpoint (no reader, the write lock held). The other process then
-    notices the new generation and zero-fills again before its own direct
-    commits, instead of writing past the end of what it knew durable (L1)."""
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_truncate_checkpoint_with_another_process_open(sqlite: Any, dbdir: Path,
+                                                       layout: str) -> None:
+    """The cut (to nothing; embed: to the header block) happens under the
+    locks of a TRUNCATE checkpoint (no reader, the write lock held). The
+    other process then notices the new generation and zero-fills again
+    before its own direct commits, instead of writing past the end of what
+    it knew durable (L1)."""
     path = dbdir / "trunc.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     peer = Peer(sqlite.name, path)
     try:
         assert "error" not in peer.sql("INSERT INTO t(k, v) VALUES (2, randomblob(100))")
         grow(conn, 3000)
         assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")[0] == (0, 0, 0)
-        assert wal(path) <= HEADER_BLOCK
+        assert wal(path) == AFTER_TRUNCATE[layout]
         assert "error" not in peer.sql("PRAGMA waldio_stats=reset")
         for i in range(50):
             assert "error" not in peer.sql(f"INSERT INTO t(k, v) VALUES ({100 + i}, randomblob(300))")
@@ -128,10 +143,12 @@ def test_truncate_checkpoint_with_another_process_open(sqlite: Any, dbdir: Path)
     conn.close()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("limit", [0, 64 << 10, 200_000, 1 << 20])
-def test_journal_size_limit_bounds_the_idle_log(sqlite: Any, dbdir: Path, limit: int) -> None:
+def test_journal_size_limit_bounds_the_idle_log(sqlite: Any, dbdir: Path, limit: int,
+                                                layout: str) -> None:
     path = dbdir / "jsl.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     default = status(conn)["idle_log_bytes"]
     conn.execute(f"PRAGMA journal_size_limit={limit}")
@@ -140,19 +157,21 @@ def test_journal_size_limit_bounds_the_idle_log(sqlite: Any, dbdir: Path, limit:
     wl.inserts(conn, 3, n=400, size=3000)   # ~2 MB of small direct commits
     assert wal(path) > max(bound, HEADER_BLOCK)
     conn.close()
-    assert wal(path) <= max(bound, HEADER_BLOCK)
+    assert wal(path) <= max(bound, AFTER_TRUNCATE[layout])
     conn = sqlite.waldio(path)
     assert conn.execute("SELECT count(*) FROM t")[0][0] == 400
     assert wl.integrity(conn) == "ok"
     conn.close()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_kept_log_makes_the_next_sessions_first_commit_allocate_nothing(sqlite: Any,
-                                                                        dbdir: Path) -> None:
+                                                                        dbdir: Path,
+                                                                        layout: str) -> None:
     """What the close keeps is allocated and written: the next session's
     first direct commits flush once (prealloc_syncs) and zero-fill nothing."""
     path = dbdir / "keep.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     wl.inserts(conn, 4, n=20)
     conn.close()

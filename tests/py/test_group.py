@@ -1,7 +1,14 @@
 """Group commit (PRAGMA waldio_group=async|durable) in one process:
 visibility of buffered commits, checkpoints, many concurrent committers,
 process kills, and the hand-over when another process opens the database
-(tests/py/test_group_processes.py: many processes).
+(tests/c/test_group_processes.c: many processes).
+
+Each runs with the default layout of a new log, standard, and with embed
+(on apsw's SQLite only, to save time).
+They differ in how a process alone commits: embed buffers its commits in
+memory ("solo", scope "process") until a group write; standard is never
+solo: every commit writes its frames into the log at once and only the
+flush is shared (scope "shared"), so a process kill loses nothing.
 """
 from __future__ import annotations
 
@@ -23,24 +30,37 @@ from sql_peer import Peer
 from waldio.drivers import SQLiteError
 
 WORKER = str(Path(__file__).resolve().parent / "worker.py")
+LAYOUTS = ["standard", "embed"]
+# embed on apsw's SQLite only; the default layout on both builds (time).
+pytestmark = pytest.mark.second_layout_on_apsw
 
 
-def test_buffered_commits_are_visible_to_other_connections(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_buffered_commits_are_visible_to_other_connections(sqlite: Any, dbdir: Path,
+                                                           layout: str) -> None:
+    """Async commits not yet durable are visible to another connection; a
+    checkpoint never copies a frame that is not durably in the log."""
     path = dbdir / "g.db"
     # Neither the timer nor a full buffer writes anything during the test.
-    a = sqlite.waldio(path, group="async", group_ms=60000, group_bytes="16M")
+    a = sqlite.waldio(path, group="async", group_ms=60000, group_bytes="16M", layout=layout)
     wl.setup(a)
     a.execute("PRAGMA waldio_stats=reset")
     wl.transfers(a, 1, 3)
-    assert wl.stats(a)["group_writes"] == 0       # still only in the buffer
+    st = wl.stats(a)
+    if layout == "embed":
+        assert wl.status(a)["group_scope"] == "process"
+        assert st["group_writes"] == 0 and st["log_writes"] == 0, st   # only in the buffer
+    else:
+        assert wl.status(a)["group_scope"] == "shared"
+        assert st["log_writes"] == 3 and st["flushes"] == 0, st       # in the log, unflushed
     b = sqlite.waldio(path)                       # another connection
     assert b.execute("SELECT count(*) FROM t")[0][0] == 3
     assert wl.snapshot_ok(b) == (True, 3)
     assert wl.status(b)["group"] == "async"       # one mode per log and process
-    # A checkpoint writes the buffer first: it never copies a frame that is
-    # not in the log.
+    # A checkpoint writes the buffer (embed) and flushes (standard) first.
     assert b.execute("PRAGMA wal_checkpoint(TRUNCATE)")[0][0] == 0
-    assert wl.stats(a)["group_writes"] >= 1
+    st = wl.stats(a)
+    assert st["group_writes" if layout == "embed" else "flushes"] >= 1, st
     b.close()
     rows = wl.dump(a)
     a.close()
@@ -49,10 +69,11 @@ def test_buffered_commits_are_visible_to_other_connections(sqlite: Any, dbdir: P
     stock.close()
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", ["async", "durable"])
-def test_results_match_stock(sqlite: Any, dbdir: Path, mode: str) -> None:
+def test_results_match_stock(sqlite: Any, dbdir: Path, mode: str, layout: str) -> None:
     path = dbdir / "g.db"
-    conn = sqlite.waldio(path, group=mode)
+    conn = sqlite.waldio(path, group=mode, layout=layout)
     wl.setup(conn)
     wl.crud(conn, 5, n=200)
     wl.big_transaction(conn, 6)
@@ -62,7 +83,7 @@ def test_results_match_stock(sqlite: Any, dbdir: Path, mode: str) -> None:
     assert wl.integrity(conn) == "ok"
     st = wl.stats(conn)
     conn.close()
-    ref = sqlite.stock(dbdir / "ref.db", reserve=24)
+    ref = sqlite.stock(dbdir / "ref.db", reserve=24 if layout == "embed" else 0)
     wl.setup(ref)
     wl.crud(ref, 5, n=200)
     wl.big_transaction(ref, 6)
@@ -70,13 +91,18 @@ def test_results_match_stock(sqlite: Any, dbdir: Path, mode: str) -> None:
     assert wl.checkpoints(ref, 8) == results
     assert wl.dump(ref) == rows
     ref.close()
-    assert st["group_commits"] > 0 and st["group_writes"] > 0
-    assert st["group_writes"] <= st["group_commits"]
+    assert 0 < st["group_commits"] and st["group_writes"] <= st["group_commits"], st
+    if layout == "standard" and mode == "async":
+        # Shared async: the flusher flushes within group_ms what commits wrote.
+        assert st["timer_flushes"] > 0, st
+    else:
+        assert st["group_writes"] > 0, st        # buffers written, or shared flushes led
 
 
-def test_durable_group_commit_with_many_threads(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_durable_group_commit_with_many_threads(sqlite: Any, dbdir: Path, layout: str) -> None:
     path = dbdir / "g.db"
-    conn = sqlite.waldio(path, group="durable")
+    conn = sqlite.waldio(path, group="durable", layout=layout)
     wl.setup(conn)
     conn.execute("PRAGMA waldio_stats=reset")
     errors: List[BaseException] = []
@@ -100,9 +126,14 @@ def test_durable_group_commit_with_many_threads(sqlite: Any, dbdir: Path) -> Non
     assert ok and count == 8 * 60
     assert wl.integrity(conn) == "ok"
     st = wl.stats(conn)
-    # Every commit waited for a group write; concurrent ones shared writes.
-    assert st["group_waits"] >= 8 * 60
-    assert 0 < st["group_writes"] <= st["group_commits"]
+    # Every commit went through the group; concurrent ones shared writes.
+    assert st["group_commits"] == 8 * 60, st
+    assert 0 < st["group_writes"] <= st["group_commits"], st
+    if layout == "embed":
+        assert st["group_waits"] >= 8 * 60, st       # solo: each waits for its write
+    else:
+        # Shared: a commit waits only if no flush covered it meanwhile.
+        assert 0 < st["group_waits"] <= st["group_commits"], st
     conn.close()
 
 
@@ -134,14 +165,19 @@ def run_and_kill(sqlite: Any, path: Path, opts: dict, seed: int) -> Tuple[List[T
     return acks, killed_at
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("mode", ["async", "durable"])
-def test_sigkill_loses_at_most_the_contract(sqlite: Any, dbdir: Path, mode: str) -> None:
+def test_sigkill_loses_at_most_the_contract(sqlite: Any, dbdir: Path, mode: str,
+                                            layout: str) -> None:
+    """A process killed while committing: durable loses nothing it
+    acknowledged; async, in embed's solo buffer, at most group_ms of commits;
+    standard writes every commit into the log at once, so async loses none."""
     interval_ms = 20
     worst_lag_ms = 0.0
     total_lost = 0
     for round_ in range(6):
         path = dbdir / ("k%d.db" % round_)
-        conn = sqlite.waldio(path)
+        conn = sqlite.waldio(path, layout=layout)     # the writer keeps the layout
         wl.setup(conn)
         conn.close()
         # A buffer too big to fill: only the interval makes async write.
@@ -157,7 +193,7 @@ def test_sigkill_loses_at_most_the_contract(sqlite: Any, dbdir: Path, mode: str)
         # At most one more than acknowledged: the commit in flight may have
         # finished without the writer living to print it.
         assert recovered <= acked + 1
-        if mode == "durable":
+        if mode == "durable" or layout == "standard":
             assert recovered >= acked            # nothing acknowledged is lost
         else:
             lost = [t for n, t in acks if n > recovered]
@@ -168,7 +204,7 @@ def test_sigkill_loses_at_most_the_contract(sqlite: Any, dbdir: Path, mode: str)
                 # The first lost commit was acknowledged within the last
                 # interval (plus scheduling slack on this 2-core machine).
                 assert lag_ms <= interval_ms + 50, (lag_ms, len(lost))
-    if mode == "async":
+    if mode == "async" and layout == "embed":
         # Kills landed while commits were buffered: the bound was exercised.
         assert total_lost > 0
         print("async: %d acknowledged commits lost in 6 kills; the oldest was"
@@ -177,12 +213,13 @@ def test_sigkill_loses_at_most_the_contract(sqlite: Any, dbdir: Path, mode: str)
 
 
 def test_solo_group_mode_hands_over_to_another_process(sqlite: Any, dbdir: Path) -> None:
-    """A process alone buffers group commits in memory (scope "process").
-    Another process opening the database knocks: the first writes its
-    buffer and goes on sharing (scope "shared"), without a refusal or a
-    wait (issue 18); the newcomer sees every commit acknowledged before."""
+    """A process alone buffers group commits in memory (scope "process"; the
+    embed layout: the standard one is never solo). Another process opening
+    the database knocks: the first writes its buffer and goes on sharing
+    (scope "shared"), without a refusal or a wait (issue 18); the newcomer
+    sees every commit acknowledged before."""
     path = dbdir / "g.db"
-    a = sqlite.waldio(path, group="async", group_ms=60000, group_bytes="16M")
+    a = sqlite.waldio(path, group="async", group_ms=60000, group_bytes="16M", layout="embed")
     wl.setup(a)
     a.execute("PRAGMA waldio_stats=reset")
     wl.transfers(a, 1, 3)

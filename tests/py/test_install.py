@@ -68,7 +68,7 @@ def test_pkg_config_program(installed: Dict[str, Path]) -> None:
     lines = installed["out"].read_text().splitlines()      # cmake's output, then ./app's
     i = lines.index("vfs: waldio/unix")
     status = json.loads(lines[i + 1])
-    assert status["vfs"] == "waldio" and status["wal_open"] and status["layout"] == "embed"
+    assert status["vfs"] == "waldio" and status["wal_open"] and status["layout"] == "standard"
     ldd = subprocess.run(["ldd", str(installed["work"] / "app")], capture_output=True,
                          text=True, check=True).stdout
     assert str(installed["prefix"] / "lib" / "libwaldio.so.0") in ldd

@@ -45,14 +45,15 @@ def run_script(dbdir: Path, template: str, db: str) -> "subprocess.CompletedProc
     return out
 
 
-def test_group_mode_joins_other_processes(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", ["standard", "embed"])
+def test_group_mode_joins_other_processes(sqlite: Any, dbdir: Path, layout: str) -> None:
     """Group mode switched on while another process has the log open runs
     shared (issue 18): it used to be refused, and before that a refused
     upgrade dropped the process's shared lock, so a second process could
     switch group mode on and hide its commits. Commits of both processes,
     grouped or not, are visible to the other at once."""
     path = dbdir / "g.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)       # the peer keeps the log's layout
     wl.setup(conn)
     peer = Peer(sqlite.name, path)
     try:
@@ -101,7 +102,7 @@ def test_processes_opening_together_after_a_clean_close(sqlite: Any, dbdir: Path
     path = dbdir / "c.db"
     conn = sqlite.waldio(path)
     wl.setup(conn)
-    conn.close()                              # clean: the guard is cleared
+    conn.close()                              # clean: the log is idle
     script = dbdir / "opener.py"
     script.write_text(OPENER % {"here": str(HERE)})
     start = time.time() + 2.0
@@ -195,10 +196,20 @@ def test_a_saturating_load_still_restarts_the_log(sqlite: Any, dbdir: Path) -> N
     without bound (about 2.5 blocks a commit, 120 MB here). restart_assist.c lets
     SQLite restart it: it must stay below a third of that. Both SQLite builds,
     because they take the write lock in two orders (apsw's before the read lock,
-    SQLITE_ENABLE_SETLK_TIMEOUT; Debian's after it)."""
+    SQLITE_ENABLE_SETLK_TIMEOUT; Debian's after it). The default layout."""
+    saturate(sqlite, dbdir, "standard")
+
+
+def test_a_saturating_load_still_restarts_an_embed_log(apsw_sqlite: Any, dbdir: Path) -> None:
+    """The same with the embed layout (its flush region is in its own
+    wal-index), on apsw's SQLite only: each run takes seconds."""
+    saturate(apsw_sqlite, dbdir, "embed")
+
+
+def saturate(sqlite: Any, dbdir: Path, layout: str) -> None:
     nproc, n = 4, 3000
     path = dbdir / "r.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)       # the writers keep its layout
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("CREATE TABLE t(who INTEGER, n INTEGER, pad BLOB, PRIMARY KEY(who, n))")
     conn.close()
@@ -329,7 +340,9 @@ REINIT = textwrap.dedent("""
     db.enable_load_extension(True)
     db.load_extension(str(conftest._EXT_COPIES / "waldio-apsw.so"), waldio.ENTRY_POINT)
     db.close()
-    db = apsw.Connection(sys.argv[1])
+    db = apsw.Connection(waldio.uri(sys.argv[1], layout="embed"),
+                         flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+                         | apsw.SQLITE_OPEN_URI)
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("CREATE TABLE t(x)")
     db.execute("INSERT INTO t VALUES(1)")
@@ -340,6 +353,8 @@ REINIT = textwrap.dedent("""
 
 
 def test_reinitialized_sqlite_keeps_the_per_connection_setup(dbdir: Path) -> None:
+    """The per-connection setup: the reserve a new database that asks for
+    the embed layout gets, and waldio_last_error()."""
     out = run_script(dbdir, REINIT, "r.db")
     assert out.stdout.split() == ["1", "True"]
     assert (dbdir / "r.db").read_bytes()[20] == 24       # reserved bytes

@@ -1,7 +1,9 @@
 """The log and its wal-index carry the database file's mode, and its owner
 where the process may set it, as SQLite gives its journals -- also after
 the database's mode or owner changed, and when another user opens it
-(src/log_owner.c O1-O3). Run as root and as an unprivileged user.
+(src/log_owner.c O1-O3). Run as root and as an unprivileged user, with the
+default layout of a new log (standard: the wal-index is SQLite's <db>-shm)
+and with embed (waldio's <db>-wal-shm).
 """
 from __future__ import annotations
 
@@ -16,49 +18,60 @@ import pytest
 import workloads as wl
 from users import USERS, User, Workspace, user
 
-FILES = ("-wal", "-wal-shm")
+LAYOUTS = ["standard", "embed"]
+# The log and its wal-index, by layout.
+FILES = {"standard": ("-wal", "-shm"), "embed": ("-wal", "-wal-shm")}
 
 
-def assert_like_database(r: Dict[str, Any], mode: int, uid: int, gid: int) -> None:
+def env(layout: str) -> Dict[str, str]:
+    """files_worker.py's environment: the layout it asks for."""
+    return {"WALDIO_TEST_LAYOUT": layout}
+
+
+def assert_like_database(r: Dict[str, Any], mode: int, uid: int, gid: int,
+                         layout: str) -> None:
     for when in ("open", "closed"):
         f = r[when]
         assert f["db"]["mode"] == mode, (when, f)
-        for suffix in FILES:
+        for suffix in FILES[layout]:
             assert f[suffix] is not None, (when, suffix, f)
             assert (f[suffix]["mode"], f[suffix]["uid"], f[suffix]["gid"]) == (mode, uid, gid), \
                 (when, suffix, f)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("who", USERS)
-def test_files_follow_the_database_mode(who: str, dbdir: Path) -> None:
+def test_files_follow_the_database_mode(who: str, dbdir: Path, layout: str) -> None:
     u = user(who)
     ws = Workspace(dbdir, u)
     db = ws.dir / "app.db"
-    r = ws.run(u, "write", db)                         # created by this user
+    r = ws.run(u, "write", db, env=env(layout))        # created by this user
     mode = r["closed"]["db"]["mode"]
-    assert_like_database(r, mode, u.uid, u.gid)
+    assert_like_database(r, mode, u.uid, u.gid, layout)
     for new_mode in (0o600, 0o640, 0o660):             # tightened, then loosened
         if u.uid == 0:
             os.chmod(db, new_mode)
         else:
             subprocess.run(u.argv(["chmod", "%o" % new_mode, str(db)]), check=True)
-        r = ws.run(u, "write", db)
-        assert_like_database(r, new_mode, u.uid, u.gid)
+        r = ws.run(u, "write", db, env=env(layout))
+        assert_like_database(r, new_mode, u.uid, u.gid, layout)
     assert r["rows"] == 4
 
 
-def test_root_gives_the_files_the_database_owner(dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_root_gives_the_files_the_database_owner(dbdir: Path, layout: str) -> None:
     root, nobody = user("root"), user("nobody")
     ws = Workspace(dbdir, root)
     db = ws.dir / "owned.db"
-    ws.run(root, "write", db)
+    ws.run(root, "write", db, env=env(layout))
     os.chown(db, nobody.uid, nobody.gid)
     os.chmod(db, 0o640)
-    r = ws.run(root, "write", db)
-    assert_like_database(r, 0o640, nobody.uid, nobody.gid)
+    r = ws.run(root, "write", db, env=env(layout))
+    assert_like_database(r, 0o640, nobody.uid, nobody.gid, layout)
 
 
-def test_another_user_gets_files_of_its_own(dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_another_user_gets_files_of_its_own(dbdir: Path, layout: str) -> None:
     """Root made the files; the database is handed to `nobody` (chown, chmod
     600). nobody may not change root's files: as stock SQLite would create a
     WAL of its own, the empty log and the wal-index are replaced, since no
@@ -66,17 +79,19 @@ def test_another_user_gets_files_of_its_own(dbdir: Path) -> None:
     root, nobody = user("root"), user("nobody")
     ws = Workspace(dbdir, nobody)
     db = ws.dir / "handed.db"
-    ws.run(root, "write", db)
-    for suffix in FILES:
+    ws.run(root, "write", db, env=env(layout))
+    for suffix in FILES[layout]:
         assert os.stat(str(db) + suffix).st_uid == 0
     os.chown(db, nobody.uid, nobody.gid)
     os.chmod(db, 0o600)
-    r = ws.run(nobody, "write", db)
-    assert_like_database(r, 0o600, nobody.uid, nobody.gid)
+    r = ws.run(nobody, "write", db, env=env(layout))
+    assert_like_database(r, 0o600, nobody.uid, nobody.gid, layout)
     assert r["rows"] == 2
 
 
-def test_files_that_cannot_be_changed_are_reported(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_files_that_cannot_be_changed_are_reported(sqlite: Any, dbdir: Path,
+                                                   layout: str) -> None:
     """While root has the database open, nobody (to whom the database now
     belongs) may neither change root's log nor replace it: the open goes on
     with the files as they are, and the reason is on stderr with
@@ -84,7 +99,7 @@ def test_files_that_cannot_be_changed_are_reported(sqlite: Any, dbdir: Path) -> 
     root, nobody = user("root"), user("nobody")
     ws = Workspace(dbdir, nobody)
     db = ws.dir / "busy.db"
-    ws.run(root, "write", db)
+    ws.run(root, "write", db, env=env(layout))
     conn = sqlite.waldio(db)
     try:
         assert conn.execute("SELECT count(*) FROM t")[0][0] == 1
@@ -93,7 +108,8 @@ def test_files_that_cannot_be_changed_are_reported(sqlite: Any, dbdir: Path) -> 
         p = subprocess.run(nobody.argv(["/usr/bin/python3", str(ws.worker), str(ws.so),
                                         "write", str(db)]),
                            capture_output=True, text=True, timeout=120,
-                           env={"PATH": "/usr/bin:/bin", "WALDIO_VERBOSE": "1"})
+                           env={"PATH": "/usr/bin:/bin", "WALDIO_VERBOSE": "1",
+                                **env(layout)})
         assert "keeps a mode or owner other than its database's" in p.stderr, p.stderr
         assert "another connection has the database open" in p.stderr, p.stderr
     finally:
@@ -140,7 +156,9 @@ def _dms_lock_held(shm: Path) -> bool:
     return out.strip() == "True"
 
 
-def test_looking_at_the_files_keeps_this_process_locks(sqlite: Any, dbdir: Path) -> None:
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_looking_at_the_files_keeps_this_process_locks(sqlite: Any, dbdir: Path,
+                                                       layout: str) -> None:
     """O4: a second connection's WAL open looks at (and here, chmods) the
     wal-index while the first connection's unix VFS holds POSIX locks on it.
     Closing an ordinary descriptor of the file would drop them all -- the
@@ -148,8 +166,8 @@ def test_looking_at_the_files_keeps_this_process_locks(sqlite: Any, dbdir: Path)
     would take the wal-index for unused and truncate it under this one."""
     user("root")
     db = dbdir / "locks.db"
-    shm = Path(str(db) + "-wal-shm")
-    first = sqlite.waldio(db)
+    shm = Path(str(db) + FILES[layout][1])
+    first = sqlite.waldio(db, layout=layout)
     try:
         first.execute("PRAGMA journal_mode=WAL")
         first.execute("CREATE TABLE t(x)")

@@ -2,8 +2,9 @@
 
 Each program here is run exactly as a user would run it, under `waldio run`,
 and the database it wrote is then examined: its log must be a waldio log
-(block 0 holds waldio's superblock), or PRAGMA waldio must answer through
-the program's own SQLite. Programs: the Debian sqlite3 shell, a C program
+(it outlives the program's last close, which stock SQLite's WAL does not; a
+slotted layout's block 0 names it), or PRAGMA waldio must answer through the
+program's own SQLite. Programs: the Debian sqlite3 shell, a C program
 linked with -lsqlite3, /usr/bin/python3's sqlite3 module; a program with its
 own static SQLite must be refused, and programs that never use SQLite must
 run as without waldio.
@@ -62,10 +63,11 @@ def waldio_run(*args: str, cwd: Path, extra: Dict[str, str] | None = None
 
 
 def log_layout(db: Path) -> str:
-    """The layout in block 0 of db's log: a waldio log has a superblock."""
-    sb = logformat.describe_database(db)["wal_file"]["superblock"]
-    assert sb["present"], f"{db}-wal is not a waldio log: {sb}"
-    return str(sb["layout"])
+    """The layout of db's log, from the files alone, after the program ended:
+    a waldio log outlives the last close (stock SQLite deletes its WAL)."""
+    wal = logformat.describe_database(db)["wal_file"]
+    assert wal["exists"], f"{db}-wal is gone: not a waldio log"
+    return str(wal["layout"])
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +93,8 @@ def test_sqlite3_shell(dbdir: Path) -> None:
                    " INSERT INTO t VALUES (1); PRAGMA waldio;", cwd=dbdir)
     assert r.returncode == 0, r.stderr
     status = json.loads(r.stdout.splitlines()[-1])
-    assert status["vfs"] == "waldio" and status["wal_open"] and status["layout"] == "embed"
-    assert log_layout(dbdir / "app.db") == "embed"
+    assert status["vfs"] == "waldio" and status["wal_open"] and status["layout"] == "standard"
+    assert log_layout(dbdir / "app.db") == "standard"
     # Closed cleanly, it is an ordinary SQLite database for the shell without waldio.
     stock = subprocess.run(["sqlite3", "app.db", "SELECT count(*) FROM t"], cwd=dbdir,
                            env=env(), capture_output=True, text=True)
@@ -107,7 +109,7 @@ def test_c_program_linked_with_libsqlite3(dbdir: Path, programs: Dict[str, Path]
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "waldio/unix"
     assert "waldio: default VFS of SQLite" in r.stderr
-    assert log_layout(dbdir / "app.db") == "embed"
+    assert log_layout(dbdir / "app.db") == "standard"
 
 
 def test_options_as_flags_and_environment_variables(dbdir: Path, programs: Dict[str, Path]) -> None:
@@ -150,7 +152,7 @@ def test_python_sqlite3_module(dbdir: Path) -> None:
     r = waldio_run("--", python_with_sqlite3(), "-c", script, cwd=dbdir)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "waldio"
-    assert log_layout(dbdir / "py.db") == "embed"
+    assert log_layout(dbdir / "py.db") == "standard"
 
 
 def test_static_sqlite_is_refused_not_ignored(dbdir: Path, programs: Dict[str, Path]) -> None:
@@ -193,7 +195,7 @@ def test_readme_existing_program(dbdir: Path, programs: Dict[str, Path]) -> None
                            text=True, timeout=120)
         assert r.returncode == 0, (line, r.stderr)
     for db in ("app.db", "py.db"):
-        assert log_layout(dbdir / db) == "embed"
+        assert log_layout(dbdir / db) == "standard"
     def rows() -> int:
         out = subprocess.run(["sqlite3", "app.db", "SELECT count(*) FROM t"], cwd=dbdir,
                              env=env(), capture_output=True, text=True)
@@ -204,5 +206,5 @@ def test_readme_existing_program(dbdir: Path, programs: Dict[str, Path]) -> None
                        cwd=dbdir, env=e, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines()[-1] == "LD_PRELOAD=", r.stdout
-    assert log_layout(dbdir / "app.db") == "embed"       # written through waldio
+    assert log_layout(dbdir / "app.db") == "standard"       # written through waldio
     assert rows() == before + 1

@@ -67,7 +67,7 @@ print(json.dumps([s["vfs"], s["wal_open"], s["layout"],
 """
     r = run(python_that(loads=True), code, dbdir)
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout) == ["waldio", True, "embed", []]
+    assert json.loads(r.stdout) == ["waldio", True, "standard", []]
 
 
 def test_connect_with_the_sqlite3_driver(dbdir: Path) -> None:

@@ -1,5 +1,9 @@
 """SQLite-level tests: the same workloads through waldio and through stock
 SQLite, on both SQLite builds, compared row by row and integrity-checked.
+Each runs with the default layout of a new log, standard (SQLite's own WAL),
+and with embed (frame headers in the pages' reserved bytes; on apsw's SQLite
+only, to save time); the stock reference gets the same reserved bytes, so its
+B-trees and frame counts are the waldio database's.
 """
 from __future__ import annotations
 
@@ -15,8 +19,21 @@ from typing import Any, Dict
 import pytest
 
 import workloads as wl
+from waldio import logformat
 
 WORKER = str(Path(__file__).resolve().parent / "worker.py")
+LAYOUTS = ["standard", "embed"]
+
+
+def both_layouts(test: Any) -> Any:
+    """Run with each of LAYOUTS: embed on apsw's SQLite only, the default
+    layout on both builds (time)."""
+    return pytest.mark.second_layout_on_apsw(pytest.mark.parametrize("layout", LAYOUTS)(test))
+RESERVE = {"standard": 0, "embed": 24, "pad4k": 0, "pad8k": 0}
+# What a TRUNCATE checkpoint leaves: nothing, as stock SQLite, or block 0.
+AFTER_TRUNCATE = {"standard": 0, "embed": 4096}
+# The wal-index: SQLite's own, or waldio's beside the log.
+WAL_INDEX = {"standard": "-shm", "embed": "-wal-shm"}
 
 
 def run_both(sqlite: Any, dbdir: Path, fn: Any, *, synchronous: str = "FULL",
@@ -28,8 +45,7 @@ def run_both(sqlite: Any, dbdir: Path, fn: Any, *, synchronous: str = "FULL",
         if kind == "waldio":
             conn = sqlite.waldio(path, **options)
         else:
-            reserve = 24 if options.get("layout", "embed") == "embed" else 0
-            conn = sqlite.stock(path, reserve=reserve)
+            conn = sqlite.stock(path, reserve=RESERVE[options.get("layout", "standard")])
         wl.setup(conn, page_size=page_size, sync=synchronous)
         ret = fn(conn)
         out[kind] = {"ret": ret, "rows": wl.dump(conn), "integrity": wl.integrity(conn)}
@@ -49,8 +65,8 @@ def assert_same(out: Dict[str, Any]) -> None:
 
 def stock_rows(sqlite: Any, path: Path, transfers: list[tuple[int, int]]) -> Any:
     """The rows stock SQLite holds after running `transfers` [(seed, n), ...]
-    on a new database with waldio's reserve (identical B-trees)."""
-    ref = sqlite.stock(path, reserve=24)
+    on a new database (rows do not depend on the reserved bytes)."""
+    ref = sqlite.stock(path)
     try:
         wl.setup(ref)
         for seed, n in transfers:
@@ -69,29 +85,32 @@ def reopen_rows(sqlite: Any, path: Path, **options: Any) -> Any:
         conn.close()
 
 
+@both_layouts
 @pytest.mark.parametrize("sync", ["FULL", "NORMAL"])
 @pytest.mark.parametrize("workload", sorted(wl.WORKLOADS))
-def test_workload_matches_stock(sqlite: Any, dbdir: Path, workload: str, sync: str) -> None:
+def test_workload_matches_stock(sqlite: Any, dbdir: Path, workload: str, sync: str,
+                                layout: str) -> None:
     out = run_both(sqlite, dbdir, lambda c: wl.WORKLOADS[workload](c, 42),
-                   synchronous=sync)
+                   synchronous=sync, layout=layout)
     assert_same(out)
     st = out["stats"]
     assert st["frames_written"] > 0
-    assert out["status"]["io"] == "direct" and out["status"]["layout"] == "embed"
+    assert out["status"]["io"] == "direct" and out["status"]["layout"] == layout
     if workload == "big_transaction":
         # The cache spill really happened: pages rewritten in place, then
         # headers rewritten by walRewriteChecksums.
         assert st["page_overwrites"] > 0 and st["header_rewrites"] > 0
     if workload == "checkpoints":
         assert st["logical_truncates"] >= 2
-        # The workload ends with a TRUNCATE checkpoint: it leaves the header
-        # block only, as stock SQLite leaves 0 bytes (the close adds nothing).
-        assert os.path.getsize(dbdir / "waldio.db-wal") == 4096
+        # The workload ends with a TRUNCATE checkpoint: it leaves 0 bytes, as
+        # stock SQLite, or embed's header block (the close adds nothing).
+        assert os.path.getsize(dbdir / "waldio.db-wal") == AFTER_TRUNCATE[layout]
     # Closed and reopened: same rows (clean close and recovery paths).
     assert reopen_rows(sqlite, dbdir / "waldio.db") == out["stock"]["rows"]
 
 
 @pytest.mark.parametrize("layout,page_size", [
+    ("standard", 1024), ("standard", 4096), ("standard", 16384), ("standard", 65536),
     ("embed", 4096), ("embed", 8192), ("embed", 16384), ("embed", 32768),
     ("embed", 65536), ("pad4k", 1024), ("pad4k", 4096), ("pad4k", 8192),
     ("pad8k", 4096), ("pad8k", 16384)])
@@ -106,28 +125,31 @@ def test_page_sizes_and_layouts(sqlite: Any, dbdir: Path, layout: str, page_size
     assert out["status"]["layout"] == layout
     assert out["status"]["page_size"] == page_size
     slot = out["status"]["frame_bytes"]
-    assert slot % 4096 == 0
-    if layout == "embed":
+    if layout == "standard":
+        assert slot == page_size + 24            # SQLite's own frames
+    elif layout == "embed":
         assert slot == page_size                 # one frame = one page
     else:
-        assert slot >= page_size + 4096
+        assert slot % 4096 == 0 and slot >= page_size + 4096
     assert reopen_rows(sqlite, dbdir / "waldio.db", layout=layout) == out["stock"]["rows"]
 
 
-def test_vacuum_keeps_reserve(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_vacuum_keeps_reserve(sqlite: Any, dbdir: Path, layout: str) -> None:
     def work(c: Any) -> Any:
         wl.crud(c, 3, n=200)
         c.execute("DELETE FROM t WHERE id % 2 = 0")
         c.execute("VACUUM")
         return c.execute("PRAGMA page_count")[0][0]
-    out = run_both(sqlite, dbdir, work)
+    out = run_both(sqlite, dbdir, work, layout=layout)
     assert_same(out)
     header = (dbdir / "waldio.db").read_bytes()[:100]
-    assert header[20] == 24        # reserved bytes per page, set at creation
-    assert (dbdir / "stock.db").read_bytes()[20] == 24  # the reference too
+    assert header[20] == RESERVE[layout]     # reserved bytes per page, set at creation
+    assert (dbdir / "stock.db").read_bytes()[20] == RESERVE[layout]   # the reference too
 
 
-def test_wal_restart_reuses_the_preallocated_log(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_wal_restart_reuses_the_preallocated_log(sqlite: Any, dbdir: Path, layout: str) -> None:
     extends = []
 
     def work(c: Any) -> Any:
@@ -139,7 +161,7 @@ def test_wal_restart_reuses_the_preallocated_log(sqlite: Any, dbdir: Path) -> No
             if rows:
                 extends.append(json.loads(rows[0][0])["prealloc_extends"])
         return ckpts
-    out = run_both(sqlite, dbdir, work)
+    out = run_both(sqlite, dbdir, work, layout=layout)
     assert_same(out)
     # The first cycle's direct commits preallocated the log; every later
     # cycle restarted it at frame 1 and never had to grow it.
@@ -148,7 +170,8 @@ def test_wal_restart_reuses_the_preallocated_log(sqlite: Any, dbdir: Path) -> No
     assert out["stats"]["block0_writes"] >= 12
 
 
-def test_journal_size_limit(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_journal_size_limit(sqlite: Any, dbdir: Path, layout: str) -> None:
     sizes = []
 
     def work(c: Any) -> Any:
@@ -161,23 +184,24 @@ def test_journal_size_limit(sqlite: Any, dbdir: Path) -> None:
         res.append(tuple(c.execute("PRAGMA wal_checkpoint(RESTART)")[0]))
         wl.crud(c, 7, n=50)
         return res
-    out = run_both(sqlite, dbdir, work, prealloc="256K")
+    out = run_both(sqlite, dbdir, work, prealloc="256K", layout=layout)
     assert_same(out)
-    # The TRUNCATE checkpoint leaves the header block, as stock SQLite leaves
-    # 0 bytes. After the last close, the limit bounds what the log keeps.
-    assert sizes[0] == 4096
+    # The TRUNCATE checkpoint leaves 0 bytes, as stock SQLite, or embed's
+    # header block. After the last close, the limit bounds what the log keeps.
+    assert sizes[0] == AFTER_TRUNCATE[layout]
     assert (dbdir / "waldio.db-wal").stat().st_size <= 65536
     assert out["stats"]["prealloc_extends"] >= 1
 
 
-def test_sync_modes(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_sync_modes(sqlite: Any, dbdir: Path, layout: str) -> None:
     for mode in ("full", "normal", "persistent"):
         d = dbdir / mode
         d.mkdir()
         sync = "NORMAL" if mode == "normal" else "FULL"
         opts = {"sync": "persistent"} if mode == "persistent" else {}
         out = run_both(sqlite, d, lambda c: wl.inserts(c, 11, n=150),
-                       synchronous=sync, **opts)
+                       synchronous=sync, layout=layout, **opts)
         assert_same(out)
         st = out["stats"]
         assert out["status"]["sync"] == mode
@@ -200,9 +224,10 @@ def test_sync_modes(sqlite: Any, dbdir: Path) -> None:
             assert st["flushes"] < 50
 
 
-def test_threads_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_threads_read_while_one_writes(sqlite: Any, dbdir: Path, layout: str) -> None:
     path = dbdir / "waldio.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     stop = threading.Event()
     results = []
@@ -236,9 +261,11 @@ def test_threads_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
     assert rows == stock_rows(sqlite, dbdir / "stock.db", [(99, 300)])
 
 
-def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path, layout: str) -> None:
+    """The readers and the writer open with auto: the log keeps its layout."""
     path = dbdir / "waldio.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     conn.close()
     stop = dbdir / "stop"
@@ -262,11 +289,12 @@ def test_processes_read_while_one_writes(sqlite: Any, dbdir: Path) -> None:
     assert rows == stock_rows(sqlite, dbdir / "stock.db", [(5, 300)])
 
 
+@both_layouts
 @pytest.mark.parametrize("sync", ["FULL", "NORMAL"])
 def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path,
-                                                        sync: str) -> None:
+                                                        sync: str, layout: str) -> None:
     path = dbdir / "waldio.db"
-    conn = sqlite.waldio(path)
+    conn = sqlite.waldio(path, layout=layout)
     wl.setup(conn)
     conn.close()
     proc = subprocess.run([sys.executable, WORKER, sqlite.name, "crash", str(path),
@@ -277,7 +305,12 @@ def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path
     assert committed == 150
     # The dead process left a log holding frames: a process crash loses
     # nothing in any mode (direct writes are in the device, not in memory).
-    assert (path.parent / "waldio.db-wal").read_bytes()[4:8] == b"WALD"
+    wal = logformat.describe_database(path)["wal_file"]
+    if layout == "embed":
+        assert wal["header"]["kind"].startswith("waldio guard"), wal
+        assert wal["superblock"]["holds_frames"], wal
+    else:
+        assert wal["commits"] >= committed, wal     # SQLite's own WAL, whole
     conn = sqlite.waldio(path)
     rows = wl.dump(conn)
     assert wl.integrity(conn) == "ok"
@@ -286,14 +319,16 @@ def test_reopen_recovers_committed_frames_after_a_crash(sqlite: Any, dbdir: Path
     assert rows == stock_rows(sqlite, dbdir / "stock.db", expected)
 
 
-def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir: Path) -> None:
+@both_layouts
+def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir: Path,
+                                                             layout: str) -> None:
     """Process A keeps its connection (and its cache of the frames it wrote)
     while process B restarts the log and overwrites the same frame numbers;
     A must read B's pages, not its cached ones."""
     path = dbdir / "waldio.db"
-    a = sqlite.waldio(path)
+    a = sqlite.waldio(path, layout=layout)
     wl.setup(a)
-    ref = sqlite.stock(dbdir / "stock.db", reserve=24)
+    ref = sqlite.stock(dbdir / "stock.db", reserve=RESERVE[layout])
     wl.setup(ref)
     for round_, seed in enumerate((11, 12, 13, 14)):
         wl.transfers(a, seed, 40)                # A writes frames 1..n
@@ -312,8 +347,9 @@ def test_alternating_writer_processes_never_see_stale_frames(sqlite: Any, dbdir:
     ref.close()
 
 
+@both_layouts
 @pytest.mark.parametrize("group", ["off", "async", "durable"])
-def test_exclusive_locking_mode(sqlite: Any, dbdir: Path, group: str) -> None:
+def test_exclusive_locking_mode(sqlite: Any, dbdir: Path, group: str, layout: str) -> None:
     """locking_mode=EXCLUSIVE before the log opens: SQLite keeps the wal-index
     in heap memory, so there is no shared memory and no xShmBarrier."""
     path = dbdir / "x.db"
@@ -323,13 +359,14 @@ def test_exclusive_locking_mode(sqlite: Any, dbdir: Path, group: str) -> None:
         wl.transfers(c, 21, 80)
         wl.big_transaction(c, 22)
         return wl.checkpoints(c, 23)
-    conn = sqlite.waldio(path, group=group)
+    conn = sqlite.waldio(path, group=group, layout=layout)
     ret = work(conn)
     rows = wl.dump(conn)
     assert wl.integrity(conn) == "ok"
+    assert wl.status(conn)["layout"] == layout
     conn.close()
-    assert not (dbdir / "x.db-wal-shm").exists()       # heap-memory wal-index
-    ref = sqlite.stock(dbdir / "ref.db", reserve=24)
+    assert not (dbdir / ("x.db" + WAL_INDEX[layout])).exists()   # heap-memory wal-index
+    ref = sqlite.stock(dbdir / "ref.db", reserve=RESERVE[layout])
     assert work(ref) == ret
     assert wl.dump(ref) == rows
     ref.close()

@@ -11,7 +11,11 @@ then the database is detached from waldio (PRAGMA journal_mode=DELETE through
 waldio) and stock SQLite (vfs "unix") must read the same counts.
 test_many_processes_from_a_stock_wal: the same, starting from a standard WAL
 that a killed stock process left with 200 uncheckpointed commits, so that
-the processes' concurrent first opens must convert and recover it.
+the processes' concurrent first opens must recover it (the default layout,
+standard, keeps it as it is; pad4k, asked for, converts it).
+Both also run with every process asking for a slotted layout (embed, or pad4k
+from the stock WAL: that database has no reserved bytes), on apsw's SQLite
+only and for half the time (to save time).
 
 test_walthread2_shape: the four-process shape of SQLite's walthread-2: two
 processes loop on open, read sqlite_master, PRAGMA journal_mode=WAL, BEGIN,
@@ -98,9 +102,9 @@ class Run:
                     len(self.errors())))
 
 
-def connect(driver: Any, path: Path, vfs: str) -> drivers.Connection:
+def connect(driver: Any, path: Path, vfs: str, layout: str = "auto") -> drivers.Connection:
     if vfs == "waldio":
-        return driver.connect(waldio.uri(path), vfs="waldio", timeout_ms=BUSY_MS)
+        return driver.connect(waldio.uri(path, layout=layout), vfs="waldio", timeout_ms=BUSY_MS)
     return driver.connect(str(path), vfs="unix", uri=False, timeout_ms=BUSY_MS)
 
 
@@ -125,7 +129,8 @@ def collect(proc: subprocess.Popen, role: str, wid: int) -> Dict[str, Any]:
     return json.loads(lines[-1])
 
 
-def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]]]) -> Run:
+def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]]],
+                seconds: float = SECONDS) -> Run:
     """Start every worker, let them go at once, wait for all of them."""
     go = db.parent / "go"
     procs = [start_worker(driver_name, role, db, dict(opts, go=str(go), busy_ms=BUSY_MS))
@@ -134,7 +139,7 @@ def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]
         p.stdout.readline()                      # "ready" (or EOF if it died)
     t0 = time.time()
     tmp = db.parent / "go.tmp"
-    tmp.write_text("%f\n" % (t0 + SECONDS))
+    tmp.write_text("%f\n" % (t0 + seconds))
     tmp.rename(go)                               # every worker sees the whole line
     run = Run()
     run.figures = [collect(p, role, opts["id"]) for p, (role, opts) in zip(procs, plan)]
@@ -142,16 +147,17 @@ def run_workers(driver_name: str, db: Path, plan: List[Tuple[str, Dict[str, Any]
     return run
 
 
-def stress_plan(vfs: str) -> List[Tuple[str, Dict[str, Any]]]:
+def stress_plan(vfs: str, layout: str) -> List[Tuple[str, Dict[str, Any]]]:
     plan = []
     for role, n in ROLE_COUNTS.items():
         for _ in range(n * SCALE):
-            plan.append((role, {"id": len(plan) + 1, "vfs": vfs, "seed": 1}))
+            plan.append((role, {"id": len(plan) + 1, "vfs": vfs, "seed": 1,
+                                "layout": layout}))
     return plan
 
 
-def create_stress_db(driver: Any, db: Path, vfs: str, ids: List[int]) -> None:
-    conn = connect(driver, db, vfs)
+def create_stress_db(driver: Any, db: Path, vfs: str, ids: List[int], layout: str) -> None:
+    conn = connect(driver, db, vfs, layout)
     assert conn.execute("PRAGMA journal_mode=WAL") == [("wal",)]
     conn.executescript(SCHEMA)
     conn.execute("BEGIN")
@@ -179,19 +185,21 @@ def db_files(db: Path) -> List[str]:
     return sorted(p.name for p in db.parent.iterdir() if p.name.startswith(db.name))
 
 
-def detach(driver: Any, db: Path, vfs: str, before: str = "SELECT count(*) FROM sqlite_master"
-           ) -> None:
-    """Leave WAL mode through the VFS that wrote the database: the log is
-    checkpointed and deleted, the header says rollback mode (1, 1). before:
+def detach(driver: Any, db: Path, vfs: str, before: str = "SELECT count(*) FROM sqlite_master",
+           layout: str = "auto") -> None:
+    """Leave WAL mode through the VFS that wrote the database: the log and its
+    wal-index (SQLite's -shm, or a slotted layout's -wal-shm) are checkpointed
+    and deleted, the header says rollback mode (1, 1). before:
     the statement the connection runs first ("" for none); the default loads
     the schema, which keeps this clear of STRESS_FINDINGS.md F4."""
-    conn = connect(driver, db, vfs)
+    conn = connect(driver, db, vfs, layout)
     if before:
         conn.execute(before)
     assert conn.execute("PRAGMA journal_mode=DELETE") == [("delete",)]
     conn.close()
     left = db_files(db)
-    assert db.name + "-wal" not in left and db.name + "-wal-shm" not in left
+    index = "-wal-shm" if vfs == "waldio" and layout not in ("auto", "standard") else "-shm"
+    assert not {db.name + "-wal", db.name + index} & set(left), left
     assert tuple(db.read_bytes()[18:20]) == (1, 1)
 
 
@@ -213,26 +221,31 @@ def seed_stock_wal(driver_name: str, db: Path, ids: List[int]) -> int:
     return int(figures["rows"])
 
 
-def stress(sqlite: Any, dbdir: Path, vfs: str, start: str = "clean") -> Run:
+def stress(sqlite: Any, dbdir: Path, vfs: str, start: str = "clean",
+           layout: str = "auto", seconds: float = SECONDS) -> Run:
     """start: "clean" (created and closed through vfs) or "stock-wal" (a
-    standard WAL with uncheckpointed frames, which the first opens convert)."""
+    standard WAL with uncheckpointed frames, which the first opens recover).
+    layout: what every waldio connection asks for; seconds: how long."""
     db = dbdir / "stress.db"
-    plan = stress_plan(vfs)
+    plan = stress_plan(vfs, layout)
     ids = [o["id"] for _, o in plan]
     seeded = {}
     if start == "stock-wal":
         seeded = {0: seed_stock_wal(sqlite.name, db, ids)}
     else:
-        create_stress_db(sqlite.driver, db, vfs, ids)
-    run = run_workers(sqlite.name, db, plan)
+        create_stress_db(sqlite.driver, db, vfs, ids, layout)
+    run = run_workers(sqlite.name, db, plan, seconds)
     print("\n" + run.summary("stress %s %s, start %s" % (sqlite.name, vfs, start)))
     assert not run.errors(), "\n".join(run.errors())
     assert run.total("commits", WRITERS) > 0 and run.total("reads") > 0
     committed = {**run.committed(), **seeded}
-    conn = connect(sqlite.driver, db, vfs)
+    conn = connect(sqlite.driver, db, vfs, layout)
     check_stress_db(conn, committed)
+    if vfs == "waldio":                  # every process kept the log's layout
+        want = "standard" if layout == "auto" else layout
+        assert json.loads(conn.execute("PRAGMA waldio")[0][0])["layout"] == want
     conn.close()
-    detach(sqlite.driver, db, vfs)
+    detach(sqlite.driver, db, vfs, layout=layout)
     stock = sqlite.stock(db)
     check_stress_db(stock, committed)
     assert stock.execute("PRAGMA journal_mode") == [("delete",)]
@@ -248,6 +261,16 @@ def test_many_processes_from_a_stock_wal(sqlite: Any, dbdir: Path) -> None:
     """All processes' first opens meet a standard WAL with frames (issue 9
     items 2 and 3: concurrent first opens, conversion)."""
     stress(sqlite, dbdir, "waldio", start="stock-wal")
+
+
+def test_many_processes_embed(apsw_sqlite: Any, dbdir: Path) -> None:
+    stress(apsw_sqlite, dbdir, "waldio", layout="embed", seconds=SECONDS / 2)
+
+
+def test_many_processes_from_a_stock_wal_padded(apsw_sqlite: Any, dbdir: Path) -> None:
+    """The first opens convert the stock WAL (issue 9 item 3, the race)."""
+    stress(apsw_sqlite, dbdir, "waldio", start="stock-wal", layout="pad4k",
+           seconds=SECONDS / 2)
 
 
 def test_many_processes_stock_control(apsw_sqlite: Any, dbdir: Path) -> None:

@@ -113,7 +113,8 @@ def test_readme_python_block_and_info(venv: Path, dbdir: Path) -> None:
     assert json.loads(r.stdout.splitlines()[-1])["vfs"] == "waldio"
     info = in_venv(venv, ["waldio", "info", "--json", "app.db"], dbdir)
     assert info.returncode == 0, info.stderr
-    assert json.loads(info.stdout)["wal_file"]["superblock"]["present"]
+    wal = json.loads(info.stdout)["wal_file"]
+    assert wal["exists"] and wal["layout"] == "standard", wal
 
 
 def test_waldio_bench_from_the_wheel(venv: Path, dbdir: Path) -> None:

@@ -137,7 +137,8 @@ def make_base(mode: Mode, db: Path, workload: str, seed: int, txns: int,
         return steps, 0
     # Stock SQLite (the unix VFS) commits the first third and closes
     # without a checkpoint: the base holds a standard WAL with committed
-    # frames, which waldio converts at its first open.
+    # frames, which waldio adopts (standard) or converts (a slotted layout)
+    # at its first open.
     stock = Mode("stock", False, "FULL")
     create_stock_base(db)
     cut = next(i for i, st in enumerate(steps) if st.kind == "txn" and st.n > txns // 3)

@@ -42,8 +42,11 @@ class Mode:
     kill_contract: str = "all"
     testonly: bool = False
     # The run starts from a standard WAL left by stock SQLite (the first
-    # third of the transactions, never checkpointed); waldio converts it at
-    # its first open (format.md §7), during the recording.
+    # third of the transactions, never checkpointed); waldio opens it as it
+    # is (the standard layout, auto's for a standard WAL), or converts it at
+    # its first open when the mode names a slotted layout (+pad4k: the stock
+    # database has no reserved bytes for embed; format.md §7), during the
+    # recording.
     from_stock: bool = False
     # LS-MVBT modes: the CREATE VIRTUAL TABLE options of the store (empty:
     # not an LS-MVBT mode).
@@ -146,12 +149,14 @@ LSMVBT_MODES = [m for m in MODES if MODES[m].lsmvbt]
 ALL_MODES = DEFAULT_MODES + LSMVBT_MODES
 
 
-LAYOUTS = ("embed", "pad4k", "pad8k")
+# The log layouts a waldio mode may name (the default, auto, gives a new log the
+# standard layout).
+LAYOUTS = ("standard", "embed", "pad4k", "pad8k")
 
 
 def get_mode(name: str) -> Mode:
-    """A mode by name; "waldio-...+pad4k" is that waldio mode with the
-    pad4k (or pad8k, embed) log layout, "waldio-...+KEY=VALUE" the mode with
+    """A mode by name; "waldio-...+embed" is that waldio mode with the
+    embed (or standard, pad4k, pad8k) log layout, "waldio-...+KEY=VALUE" the mode with
     that waldio URI option (e.g. waldio-normal+flush_ms=100: the default
     flush bound; waldio-full+prealloc=1M: the log's runway doubles from
     256 KiB up to 1 MiB), and "MODE+autocheckpoint=N" (any mode) the mode

@@ -20,7 +20,7 @@ import struct
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from waldio.logformat import FRAME_HDR, log_geometry
+from waldio.logformat import FRAME_HDR, WAL_HDR, WAL_VERSION, header_ok, log_geometry
 
 from .events import (
     CLS_NAMES,
@@ -295,29 +295,36 @@ class Recording:
         recorded bytes. commit_items[j-1] is the write holding the j-th."""
         self.commit_items: List[Item] = []
         self.commit_frames_ok = False
-        wal = [n for n in self.base_ns if n.endswith("-wal")]
-        if not self.mode.waldio or not wal:
-            return
-        g = log_geometry(self.base_img[self.base_ns[wal[0]]])
-        if g is None:
-            return
-        page, slot, area, block = g["page"] or 4096, g["slot"] or 4096, g["area"], g["block"]
-        hdr_at = page - FRAME_HDR if g["layout"] == 1 else 0
         log_inos = {ino for ino, name in self.ino_name.items() if name.endswith("-wal")}
+        if not self.mode.waldio or not log_inos:
+            return
+        wal = [n for n in self.base_ns if n.endswith("-wal")]
+        g = log_geometry(self.base_img[self.base_ns[wal[0]]]) if wal else None
+        # No superblock: the standard layout, SQLite's own offsets. Its direct
+        # writes cover whole blocks, so a commit's write also carries the
+        # previous commit's tail again, byte for byte: there, the first write
+        # of a commit frame is the one that made it (a rewrite changes nothing).
+        standard = g is None
+        if standard:
+            g = self._standard_geometry(log_inos, wal)
+            if g is None:
+                return
+        page, slot, area = g["page"] or 4096, g["slot"] or 4096, g["area"]
+        hdr_at = page - FRAME_HDR if g["layout"] == 1 else 0
         # A spilled transaction's frames are first written with zero salts
         # and checksums and then rewritten with both, the commit frame last
         # (SQLite's walEncodeFrame with iReCksum, walRewriteChecksums): a
         # commit frame counts once written with its salts. Frames are keyed
-        # by (slot, salts), which name one frame of one generation; the last
-        # write of a frame is the one that counts.
+        # by (slot, salts), which name one frame of one generation; in the
+        # slotted layouts the last write of a frame is the one that counts.
         latest: Dict[Tuple[int, int, int], Item] = {}
         order: List[Tuple[int, int, int]] = []
         for it in self.items:
-            if it.op != W or it.ino not in log_inos or it.data is None or it.off < area:
+            if it.op != W or it.ino not in log_inos or it.data is None or it.off + it.length <= area:
                 continue
             # Every slot whose 24-byte frame header lies inside this write (a
             # padding layout rewrites a header's block alone).
-            first = (it.off - area) // slot
+            first = max(it.off - area, 0) // slot
             last = (it.off + it.length - area) // slot + 1
             for i in range(first, last):
                 h = area + i * slot + hdr_at - it.off
@@ -328,6 +335,8 @@ class Recording:
                     k = (i, s1, s2)
                     if k not in latest:
                         order.append(k)
+                    elif standard:
+                        continue
                     latest[k] = it
         self.commit_items = [latest[k] for k in order]
         self.commit_frames_ok = len(self.commit_items) == self.n_acked
@@ -338,6 +347,20 @@ class Recording:
         # durability.md) once a sync of the log wrote it back.
         self.commit_os_safe = sorted(it.durable_at if it.cls == PAGE else it.idx
                                      for it in self.commit_items)
+
+    def _standard_geometry(self, log_inos: set, wal: List[str]) -> Optional[Dict[str, int]]:
+        """The geometry of a log in SQLite's own format: frames of 24 + page
+        bytes from byte 32, the page size from a valid WAL header in the base
+        image or among the recorded writes at offset 0. None: no header."""
+        heads = [self.base_img[self.base_ns[wal[0]]]] if wal else []
+        heads += [it.data for it in self.items if it.op == W and it.ino in log_inos
+                  and it.off == 0 and it.data is not None]
+        for h in heads:
+            if header_ok(h) and struct.unpack_from(">I", h, 4)[0] == WAL_VERSION:
+                page = struct.unpack_from(">I", h, 8)[0]
+                page = 65536 if page == 1 else page
+                return {"layout": 0, "page": page, "slot": page + FRAME_HDR, "area": WAL_HDR}
+        return None
 
     def _committed(self, t: int, model: str) -> int:
         """Transactions whose commit frame was written (kill), would survive
