@@ -36,6 +36,7 @@
 */
 #include "vfs_internal.h"
 #include "errors.h"
+#include "wal_layout.h"
 
 #include <errno.h>
 #include <string.h>
@@ -52,8 +53,9 @@ static int matches(const struct stat *pFile, const struct stat *pDb, int root){
 }
 
 /* Give the file at zPath the database's mode and owner if it differs (O1).
-** *pEmpty (if not NULL): set when the file is empty, or a waldio log (bLog)
-** holding no generation. A missing file is OWNER_OK: it will be created right.
+** *pEmpty (if not NULL): set when the file is empty, or a log (bLog, any
+** layout) holding no generation. A missing file is OWNER_OK: it will be
+** created right.
 **
 ** The wal-index is opened O_PATH (O4): the unix VFS of this process may
 ** hold POSIX locks on it, and closing any ordinary descriptor of a file
@@ -72,10 +74,13 @@ static int conform(const waldio_syscalls *sys, const char *zPath, int bLog,
   if( sys->xFstat(fd, &st)==0 && S_ISREG(st.st_mode) ){
     if( pEmpty && st.st_size==0 ){
       *pEmpty = 1;
-    }else if( pEmpty && bLog
-           && sys->xPread(fd, meta, sizeof(meta), 0)==(ssize_t)sizeof(meta)
-           && wf_decode_block0(meta, &sb)>0 ){
-      *pEmpty = (sb.flags & SB_FLAG_HAS_HEADER)==0;
+    }else if( pEmpty && bLog ){
+      ssize_t got = sys->xPread(fd, meta, sizeof(meta), 0);
+      if( got==(ssize_t)sizeof(meta) && wf_decode_block0(meta, &sb)>0 ){
+        *pEmpty = (sb.flags & SB_FLAG_HAS_HEADER)==0;
+      }else if( got>=0 ){
+        *pEmpty = wal_standard_holds_nothing(meta, (size_t)got);
+      }
     }
     if( !matches(&st, pDb, root) ){
       /* Owner first: chown may clear set-id bits that the mode restores. */

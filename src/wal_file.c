@@ -719,6 +719,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   if( rc ) return rc;
   memset(&req, 0, sizeof(req));
   req.opts = &db->opts;
+  req.pDb = ORIGFILE(db);
   req.mode = 0644;
   if( stat(db->zName, &st)==0 ){        /* the log gets the database's */
     req.mode = st.st_mode & 0777;

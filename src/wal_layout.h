@@ -109,6 +109,12 @@ typedef struct wal_layout {
 /* The layout with this id (WALDIO_LAYOUT_*, never AUTO), or NULL. */
 const wal_layout *wal_layout_find(int id);
 
+/* A standard WAL whose first n bytes are a: does it hold no generation --
+** shorter than a header, or a whole header that frame 1's salts do not
+** match (a clean close left it so, layout_standard.c)? A header that is
+** damaged or zero with data after it holds something (T1). */
+int wal_standard_holds_nothing(const u8 *a, size_t n);
+
 extern const wal_layout wal_layout_standard;
 extern const wal_layout wal_layout_embed;
 extern const wal_layout wal_layout_pad4k;

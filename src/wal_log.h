@@ -64,6 +64,7 @@
 #ifndef WALDIO_WAL_LOG_H
 #define WALDIO_WAL_LOG_H
 
+#include "sqlite_api.h"
 #include "dio_file.h"
 #include "frame_cache.h"
 #include "log_lock.h"
@@ -130,6 +131,8 @@ struct log_request {
   int layout;                /* for a new log: never WALDIO_LAYOUT_AUTO */
   const char *zLayoutWhy;    /* why that layout, for PRAGMA waldio */
   const char *zStockShm;     /* stock SQLite's wal-index, "<db>-shm" */
+  sqlite3_file *pDb;         /* the database file, to be read (standard:
+                             ** are a damaged header's frames in it?) */
   mode_t mode;               /* the database file's mode and owner, */
   uid_t uid;                 /*   applied to a newly created log */
   gid_t gid;

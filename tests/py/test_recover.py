@@ -134,7 +134,7 @@ def test_recover_refuses_a_log_in_use_and_an_intact_one(
     with pytest.raises(waldio.WaldioError, match="open in another process"):
         recover.recover(path, force=True)
     conn.close()
-    with pytest.raises(waldio.WaldioError, match="block 0 is intact"):
+    with pytest.raises(waldio.WaldioError, match="is intact"):
         recover.recover(path)
 
 

@@ -758,10 +758,19 @@ class Image:
                 continue
             if len(buf) < hi:
                 buf.extend(bytes(hi - len(buf)))
+            new = bytes(hi - lo) if it.data is None else it.data[lo - it.off:hi - it.off]
             if c == "new":
-                buf[lo:hi] = bytes(hi - lo) if it.data is None else it.data[lo - it.off:hi - it.off]
+                buf[lo:hi] = new
             else:
-                buf[lo:hi] = rng.randbytes(hi - lo)
+                # Garbage only where the write changes bytes: a byte
+                # rewritten with the value it holds keeps it. SQLite's
+                # powersafe-overwrite assumption, which stock SQLite relies
+                # on each time the page cache writes back a WAL page holding
+                # the previous commit's last frame (docs/crash.md, "Torn
+                # writes").
+                noise = rng.randbytes(hi - lo)
+                buf[lo:hi] = bytes(o if o == n else g
+                                   for o, n, g in zip(buf[lo:hi], new, noise))
         self.torn_desc = "%s: %s" % (it.describe(), "".join(c[0] for c in choice))
 
     def files(self) -> Dict[str, bytearray]:
