@@ -29,6 +29,7 @@ from typing import Any, Dict
 import waldio
 
 from . import recover as recovery
+from .cli import ExampleFormatter
 from .logformat import EMBED_RESERVE, RESERVE_BYTES_FCNTL, describe_database
 
 
@@ -135,7 +136,9 @@ def _existing_file(value: str) -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a database and its waldio log",
                        description="Read the database header and block 0 of its "
-                                   "log and say what they are (no SQLite needed).")
+                                   "log and say what they are (no SQLite needed).",
+                       epilog="example:\n  waldio info app.db --json",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
@@ -143,7 +146,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("detach", help="hand a database back to stock SQLite",
                        description="Checkpoint the whole log into the database, "
                                    "leave WAL mode and delete the log. Fails while "
-                                   "other connections have the database open.")
+                                   "other connections have the database open.",
+                       epilog="example:\n  waldio detach app.db",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--keep-wal", action="store_true",
                    help="afterwards, put the database back in WAL mode with stock SQLite")
@@ -152,7 +157,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("convert", help="add the reserved bytes header embedding needs",
                        description="Give an existing database 24 reserved bytes per "
                                    "page (SQLITE_FCNTL_RESERVE_BYTES + VACUUM, with "
-                                   "stock SQLite), so waldio can embed frame headers.")
+                                   "stock SQLite), so waldio can embed frame headers.",
+                       epilog="example:\n  waldio convert app.db",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--reserve", type=int, default=EMBED_RESERVE, choices=range(24, 256),
                    metavar="N", help="reserved bytes per page, 24..255 (default 24)")
@@ -166,7 +173,9 @@ def register(sub: Any) -> None:
                                    "last commit, write them as a standard SQLite WAL (the "
                                    "next waldio open converts it) and keep the damaged log "
                                    "as DATABASE-wal.damaged. Reports how many frames it "
-                                   "dropped. No process may have the database open.")
+                                   "dropped. No process may have the database open.",
+                       epilog="example:\n  waldio recover --dry-run app.db",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--dry-run", action="store_true", help="report only, write nothing")
     p.add_argument("--force", action="store_true",

@@ -203,17 +203,19 @@ def register(sub: Any) -> None:
 def add_option_flags(p: argparse.ArgumentParser) -> None:
     """The flags that become WALDIO_* variables (``ENV_OPTIONS``), and -v."""
     o = p.add_argument_group("waldio options (default: libwaldio's own)")
-    o.add_argument("--layout", type=_choice(("embed", "pad4k", "pad8k")),
-                   help="log layout [WALDIO_LAYOUT]")
-    o.add_argument("--sync", type=_choice(("auto", "persistent")),
+    o.add_argument("--layout", type=_choice(("auto", "embed", "pad4k", "pad8k")),
+                   help="log layout; auto: embed where the database allows it "
+                        "[WALDIO_LAYOUT]")
+    o.add_argument("--sync", type=_choice(("auto", "persistent", "ns")),
                    help="auto follows PRAGMA synchronous; persistent writes with "
-                        "RWF_DSYNC [WALDIO_SYNC]")
+                        "RWF_DSYNC; ns: NORMAL commits as direct writes (the paper's NS) "
+                        "[WALDIO_SYNC]")
     o.add_argument("--io", type=_choice(("direct", "auto", "buffered")),
                    help="direct I/O policy [WALDIO_IO]")
     o.add_argument("--prealloc", metavar="SIZE", help="initial log size, e.g. 4M [WALDIO_PREALLOC]")
     o.add_argument("--cache", metavar="SIZE", help="recent-frame cache [WALDIO_CACHE]")
     o.add_argument("--flush-ms", metavar="MS", help="normal-mode flush bound [WALDIO_FLUSH_MS]")
-    o.add_argument("--group", type=_choice(("off", "async", "durable")),
+    o.add_argument("--group", type=_choice(("off", "async", "durable", "strict")),
                    help="group commit [WALDIO_GROUP]")
     o.add_argument("--group-bytes", metavar="SIZE", help="group buffer [WALDIO_GROUP_BYTES]")
     o.add_argument("--group-ms", metavar="MS", help="async group interval [WALDIO_GROUP_MS]")
