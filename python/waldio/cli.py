@@ -15,6 +15,7 @@ from typing import List, Optional
 
 from waldio import WaldioError
 
+
 class ExampleFormatter(argparse.HelpFormatter):
     """Wraps prose paragraphs to the terminal, keeps indented lines (examples) as written."""
 
