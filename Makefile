@@ -6,17 +6,20 @@
 #   make test   build everything and run every test (C and Python; the C
 #               tests also cross-built for aarch64 and run under qemu)
 # Both install the Python dependencies they need (pip, PyPI).
+# WERROR=ON (what .ci/run uses) makes every compiler warning an error.
 
 BUILD  ?= build
 PYTHON ?= python3
 BENCH_ARGS ?=
+WERROR ?= OFF
 
 .PHONY: all build deps demo test test-c test-aarch64 test-py clean
 
 all: demo
 
 build:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	      -DWALDIO_WERROR=$(WERROR) >/dev/null
 	ninja -C $(BUILD)
 
 # An editable install (scikit-build-core compiles the C pieces into

@@ -33,6 +33,7 @@ from typing import Any, Dict
 import waldio
 
 from . import recover as recovery
+from .cli import ExampleFormatter
 from .logformat import EMBED_RESERVE, RESERVE_BYTES_FCNTL, describe_database
 
 
@@ -193,7 +194,9 @@ def _existing_file(value: str) -> str:
 def register(sub: Any) -> None:
     p = sub.add_parser("info", help="describe a database and its waldio log",
                        description="Read the database header and block 0 of its "
-                                   "log and say what they are (no SQLite needed).")
+                                   "log and say what they are (no SQLite needed).",
+                       epilog="example:\n  waldio info app.db --json",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=cmd_info)
@@ -201,7 +204,9 @@ def register(sub: Any) -> None:
     p = sub.add_parser("detach", help="hand a database back to stock SQLite",
                        description="Checkpoint the whole log into the database, "
                                    "leave WAL mode and delete the log. Fails while "
-                                   "other connections have the database open.")
+                                   "other connections have the database open.",
+                       epilog="example:\n  waldio detach app.db",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--keep-wal", action="store_true",
                    help="afterwards, put the database back in WAL mode with stock SQLite")
@@ -214,7 +219,9 @@ def register(sub: Any) -> None:
                                    "waldio embeds frame headers. --to standard: "
                                    "checkpoint the log and replace it by an empty one in "
                                    "SQLite's own format. No other connection may have the "
-                                   "database open.")
+                                   "database open.",
+                       epilog="example:\n  waldio convert --to standard app.db",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--to", choices=("embed", "standard"), default="embed",
                    help="the layout to convert to (default embed)")
@@ -230,7 +237,9 @@ def register(sub: Any) -> None:
                                    "last commit, write them as a standard SQLite WAL (which "
                                    "SQLite recovers as it is) and keep the damaged log "
                                    "as DATABASE-wal.damaged. Reports how many frames it "
-                                   "dropped. No process may have the database open.")
+                                   "dropped. No process may have the database open.",
+                       epilog="example:\n  waldio recover --dry-run app.db",
+                       formatter_class=ExampleFormatter)
     p.add_argument("database", type=_existing_file)
     p.add_argument("--dry-run", action="store_true", help="report only, write nothing")
     p.add_argument("--force", action="store_true",

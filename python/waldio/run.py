@@ -204,10 +204,12 @@ def add_option_flags(p: argparse.ArgumentParser) -> None:
     """The flags that become WALDIO_* variables (``ENV_OPTIONS``), and -v."""
     o = p.add_argument_group("waldio options (default: libwaldio's own)")
     o.add_argument("--layout", type=_choice(("auto", "standard", "embed", "pad4k", "pad8k")),
-                   help="log layout [WALDIO_LAYOUT]")
-    o.add_argument("--sync", type=_choice(("auto", "persistent")),
+                   help="log layout; auto: an existing log keeps its layout, a new log is standard "
+                        "[WALDIO_LAYOUT]")
+    o.add_argument("--sync", type=_choice(("auto", "persistent", "ns")),
                    help="auto follows PRAGMA synchronous; persistent writes with "
-                        "RWF_DSYNC [WALDIO_SYNC]")
+                        "RWF_DSYNC; ns: NORMAL commits as direct writes (the paper's NS) "
+                        "[WALDIO_SYNC]")
     o.add_argument("--io", type=_choice(("direct", "auto", "buffered")),
                    help="direct I/O policy [WALDIO_IO]")
     o.add_argument("--prealloc", metavar="SIZE", help="initial log size, e.g. 4M [WALDIO_PREALLOC]")

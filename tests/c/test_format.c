@@ -82,8 +82,12 @@ static void test_round_trip(void){
     for(j=2; j<sizeof(aPage)/sizeof(aPage[0]); j++){
       wal_geometry g;
       u32 P = aPage[j], lo, hi, k;
-      u8 *frame = malloc(P + 24), *back = malloc(P + 24), *slot = calloc(1, 16 * 65536);
-      wf_geometry(&g, aLayout[i], 4096, P);
+      /* size_t: P + 24 in u32 could wrap for all the compiler knows, and it
+      ** then warned that memset(frame + P, ...) might leave the buffer. */
+      size_t nFrame = (size_t)P + 24;
+      u8 *frame = malloc(nFrame), *back = malloc(nFrame), *slot = calloc(1, 16 * 65536);
+      if( !frame || !back || !slot ){ perror("malloc"); exit(2); }
+      CHECK(wf_geometry(&g, aLayout[i], 4096, P)==0);
       fill_random(frame, P + 24, &seed);
       memset(frame + P, 0, 24);                    /* SQLite's zero tail (logical P..P+24) */
       CHECK(wf_logical_to_slot(&g, slot, 0, P + 24, frame)==0);

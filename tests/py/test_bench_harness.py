@@ -322,7 +322,7 @@ def test_compare_self_check_runs_mobibench_against_itself(tmp_path: Any,
     out_json = tmp_path / "aa.json"
     assert C.main(["--self-check", "--mobibench-source", src, "--targets", "root",
                    "--root-dir", str(tmp_path), "--versions", "1ad7644", "--journal-modes",
-                   "wal", "--sync", "off", "--transactions", "20", "--repetitions", "2",
+                   "wal", "--synchronous", "off", "--transactions", "20", "--repetitions", "2",
                    "--json", str(out_json)]) == 0
     assert "Mobibench again tx/s" in capsys.readouterr().out
     doc = json.loads(out_json.read_text())

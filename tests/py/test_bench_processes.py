@@ -271,8 +271,9 @@ def test_bad_options_are_usage_errors(argv: List[str], needles: List[str], rundi
 
 
 def test_the_default_image_grows_with_what_a_cell_may_log() -> None:
-    """Under a saturating load the log never restarts (README, "Many processes"): a
-    longer cell, or more processes running a fixed count, gets a larger image; the
+    """Under a saturating load the log never restarts unaided (docs/durability.md,
+    "Checkpoints and the log's length"): a longer cell, or more processes
+    running a fixed count, gets a larger image; the
     default 2 s cell keeps room beyond the templates' 1 GiB."""
     base = B.resolve_settings("mobibench-2015", {})
 

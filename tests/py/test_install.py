@@ -1,10 +1,11 @@
 """cmake --install for C users: the installed files, pkg-config and find_package(waldio).
 
-README's "Use it from C" block is run as written, in a scratch copy of the
-source tree with PREFIX a temporary directory: it configures, builds and
-installs libwaldio, then builds examples/c/app.c against the *installed*
-files once with pkg-config and once with CMake's find_package(waldio), and
-both programs must open a database through waldio. The static library is
+README's CMake block ("Install") and its "Use it from C" block are run as
+written, one after the other, in a scratch copy of the source tree with PREFIX
+a temporary directory: they configure, build and install libwaldio, then
+build examples/c/app.c against the *installed* files once with pkg-config and
+once with CMake's find_package(waldio), and both programs must open a
+database through waldio. The static library is
 linked through the CMake package too.
 """
 from __future__ import annotations
@@ -38,13 +39,15 @@ def need(*programs: str) -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Dict[str, Path]:
-    """README's C block, run in a copy of the source tree (symlinks)."""
+    """README's C blocks, run in a copy of the source tree (symlinks)."""
     need("cmake", "cc", "pkg-config")
     work = tmp_path_factory.mktemp("c-users")
     for path in sources():
         (work / path.name).symlink_to(path)
     prefix = work / "prefix"
-    (sh, code), = [b for b in readme.blocks("Use it from C") if b[0] == "sh"]
+    (_, install), = [b for b in readme.blocks("Install") if "cmake --install" in b[1]]
+    (_, use), = [b for b in readme.blocks("Use it from C") if b[0] == "sh"]
+    code = install + use
     env = dict(os.environ, PREFIX=str(prefix))
     env.pop("PKG_CONFIG_PATH", None)
     r = subprocess.run(["nice", "bash", "-ec", code], cwd=work, env=env, capture_output=True,

@@ -2,8 +2,9 @@
 
 Owns: the proof that the trace attributes known I/O patterns exactly (bytes
 per class within one 4 KiB block, JOJ by its definition), that the CLI
-reproduces the README's per-commit figures, and that loop devices, mounts and
-tracefs instances are released after success, failure and interruption.
+reproduces docs/results.md's per-commit figures ("Bytes"), and that loop
+devices, mounts and tracefs instances are released after success, failure
+and interruption.
 
 * Parsing and the JOJ attribution rules run anywhere (synthetic events).
 * Everything on a loop file system needs root, loop devices and tracefs and

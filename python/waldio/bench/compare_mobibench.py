@@ -95,7 +95,7 @@ class Comparison:
         self.a = args
         self.cells: List[Tuple[str, str, str, str]] = [
             (t, v, j, s) for t in args.targets for v in args.versions
-            for s in args.sync for j in args.journal_modes]
+            for s in args.synchronous for j in args.journal_modes]
         self.runs: Dict[Tuple[str, str, str, str], List[Dict[str, Any]]] = {
             c: [] for c in self.cells}
         self.builds: Dict[str, M.Build] = {}
@@ -227,8 +227,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--journal-modes", type=_list(M.JOURNAL_CODES),
                    default=list(M.JOURNAL_CODES), metavar="LIST",
                    help="delete, truncate, persist, wal (default all four)")
-    p.add_argument("--sync", type=_list(M.SYNC_CODES), default=["full"], metavar="LIST",
-                   help="synchronous levels (default full: -s 2, both versions' default)")
+    # --synchronous, as waldio bench's other PRAGMA-named options: --sync is
+    # waldio_sync everywhere else (waldio run, WALDIO_SYNC, PRAGMA waldio_sync)
+    p.add_argument("--synchronous", type=_list(M.SYNC_CODES), default=["full"], metavar="LIST",
+                   help="PRAGMA synchronous levels (default full: -s 2, both versions' "
+                        "default)")
     p.add_argument("--transactions", type=int, default=1000, metavar="N",
                    help="transactions per run, Mobibench -n (default 1000)")
     p.add_argument("--repetitions", type=int, default=5, metavar="N",

@@ -112,8 +112,9 @@ class ProcessSettings:
     def fs_size_mib(self) -> int:
         """The default loop image: room for one cell's logs besides the templates. Under a
         saturating load no checkpoint backfills the whole log, so it never restarts: stock
-        NORMAL's -wal grew 900 MB in 3 s at 8 processes on the 2-core test machine (README,
-        "Many processes"), and a full image would fail the cell."""
+        NORMAL's -wal grew 900 MB in 3 s at 8 processes on the 2-core test machine
+        (docs/durability.md, "Checkpoints and the log's length"), and a full image would
+        fail the cell."""
         if self.duration_s is not None:
             grow = self.duration_s * LOG_MIB_PER_S
         else:

@@ -112,7 +112,10 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "crash", help="crash-consistency campaign: simulated power loss, OS crash and "
                       "process kill for every journal mode",
-        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=DESCRIPTION,
+        epilog="example:\n  waldio crash --mode waldio-full --states 1000 --seed 1\n\n"
+               "docs/crash.md explains the model, the states and every option.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mode", action="append", metavar="MODE",
                    help="mode to test, repeatable: %s, lsmvbt (the LS-MVBT modes), or all "
                         "(default: all); a waldio mode may name a log layout: "

@@ -44,7 +44,7 @@ examples:
       writes ./waldio-trace/trace.json and the timeline plot
   waldio trace --fs xfs --out xfs-table1
   waldio trace --modes wal-full,waldio-full --transactions 100 --repetitions 3
-      the README's claim: WAL FULL journals its journal, waldio full writes one block
+      docs/results.md's claim: WAL FULL journals its journal, waldio full writes one block
   waldio trace --preset mobibench-2015 --schema autoincrement --transactions 1000 \\
       --modes delete-full,truncate-full,persist-full,wal-full,waldio-full:pad4k,waldio-full
       the paper's Fig. 8 / Fig. 15 (1,000 inserts: data vs journal volume)
