@@ -354,6 +354,12 @@ int dio_zero_fill(dio_file *f, i64 off, i64 len, int cached){
   i64 done = 0;
   int rc = SQLITE_OK;
   if( len<=0 ) return SQLITE_OK;
+  if( cached && f->sys->xFallocate(f->fd, 0, off, len)!=0
+   && (errno==ENOSPC || errno==EDQUOT) ){
+    /* Through the page cache, the blocks are reserved first: a full disk
+    ** is this call's error, never a write-back's. */
+    return write_failed(f, errno, (size_t)len, off);
+  }
   if( !cached && f->writeZeroes>=0 ){
     if( f->sys->xFallocate(f->fd, FALLOC_FL_WRITE_ZEROES, off, len)==0 ){
       f->writeZeroes = 1;

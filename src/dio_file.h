@@ -85,7 +85,8 @@ int dio_file_size(dio_file *f, i64 *pSize);
 int dio_truncate(dio_file *f, i64 size);
 
 /* Allocate [off, off+len) as written zeros (D2). cached: through the page
-** cache, so that the zeros stay there: a later buffered write of part of a
+** cache (its blocks reserved first: ENOSPC comes from here), so that the
+** zeros stay there: a later buffered write of part of a
 ** page then needs no read of it from the device. */
 int dio_zero_fill(dio_file *f, i64 off, i64 len, int cached);
 

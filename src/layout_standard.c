@@ -109,71 +109,6 @@ static int damaged_error(waldio_log *pLog){
       " (docs/format.md section 8)", pLog->zPath, nDb, pLog->zPath, pLog->zPath);
 }
 
-/* The database's page size (its header, bytes 16..17), or 0. */
-static u32 db_page_size(sqlite3_file *pDb){
-  u8 h[100];
-  u32 page;
-  if( !pDb || pDb->pMethods->xRead(pDb, h, sizeof(h), 0)!=SQLITE_OK ) return 0;
-  page = ((u32)h[16]<<8) | h[17];
-  if( page==1 ) page = 65536;
-  return page>=512 && page<=65536 && (page & (page-1))==0 ? page : 0;
-}
-
-/* Is each page of the log's committed frames, newest copy first, already in
-** the database as it is there? Frames are taken from frame 1 on while they
-** share frame 1's salts, up to the last commit frame among them; anything
-** that cannot be read or compared answers no. A header torn while SQLite
-** restarted the log (it writes a new generation's header over a log whose
-** every frame a checkpoint copied into the database, and syncs it before
-** the first frame) leaves exactly this: stock SQLite then reads an empty
-** log and loses nothing, and so does waldio. */
-static int frames_in_database(waldio_log *pLog, sqlite3_file *pDb, i64 size){
-  u32 page = db_page_size(pDb), nFrame = 0, nCommit = 0, i;
-  sqlite3_int64 dbSize = 0;
-  i64 nDbPage;
-  u8 *aBuf, *aDb, *aSeen = 0, salt[8];
-  int ok = 0;
-  if( !page || pDb->pMethods->xFileSize(pDb, &dbSize)!=SQLITE_OK ) return 0;
-  nDbPage = dbSize / page;
-  aBuf = sqlite3_malloc64((u64)page*2 + WAL_FRAME_HDR_BYTES);
-  aSeen = sqlite3_malloc64((u64)nDbPage/8 + 1);
-  if( !aBuf || !aSeen ) goto done;
-  aDb = aBuf + WAL_FRAME_HDR_BYTES + page;
-  memset(aSeen, 0, (size_t)(nDbPage/8 + 1));
-  /* The frames of frame 1's generation, and its last commit. */
-  for(;;){
-    i64 off = WAL_HDR_BYTES + (i64)nFrame*(page + WAL_FRAME_HDR_BYTES);
-    size_t got = 0;
-    if( off + WAL_FRAME_HDR_BYTES + page > size
-     || dio_read(&pLog->file, aBuf, WAL_FRAME_HDR_BYTES, off, &got)
-     || got<WAL_FRAME_HDR_BYTES ) break;
-    if( nFrame==0 ) memcpy(salt, aBuf+8, 8);
-    if( memcmp(salt, aBuf+8, 8)!=0 || wf_get32(aBuf)==0 ) break;
-    nFrame++;
-    if( wf_get32(aBuf+4)!=0 ) nCommit = nFrame;
-  }
-  if( nCommit==0 ) goto done;
-  /* Newest copy of each page first; every one equal to the database's. */
-  for(i=nCommit; i>0; i--){
-    i64 off = WAL_HDR_BYTES + (i64)(i-1)*(page + WAL_FRAME_HDR_BYTES);
-    size_t got = 0;
-    u32 pgno;
-    if( dio_read(&pLog->file, aBuf, WAL_FRAME_HDR_BYTES + page, off, &got)
-     || got<WAL_FRAME_HDR_BYTES + page ) goto done;
-    pgno = wf_get32(aBuf);
-    if( pgno>nDbPage ) goto done;
-    if( aSeen[(pgno-1)/8] & (1<<((pgno-1)%8)) ) continue;
-    aSeen[(pgno-1)/8] |= (u8)(1<<((pgno-1)%8));
-    if( pDb->pMethods->xRead(pDb, aDb, (int)page, (i64)(pgno-1)*page)!=SQLITE_OK
-     || memcmp(aDb, aBuf + WAL_FRAME_HDR_BYTES, page)!=0 ) goto done;
-  }
-  ok = 1;
-done:
-  sqlite3_free(aBuf);
-  sqlite3_free(aSeen);
-  return ok;
-}
-
 /* Adopt header h (valid) or none (h NULL) as the log's generation. */
 static void adopt_header(waldio_log *pLog, const u8 *h, u32 page){
   wal_superblock sb;
@@ -212,7 +147,7 @@ static int std_attach(waldio_log *pLog, const log_request *req,
   ** fields SQLite cannot use is SQLite's to judge. */
   if( !has && size>=WAL_HDR_BYTES && !all_zero(aHead, got)
    && (got<WAL_HDR_BYTES || !header_whole(aHead))
-   && !frames_in_database(pLog, req->pDb, size) ){
+   && !log_settled(pLog, WALDIO_LAYOUT_STANDARD, req->pDb, size) ){
     return damaged_error(pLog);
   }
   if( !has && !pLog->file.readonly ){
@@ -224,7 +159,10 @@ static int std_attach(waldio_log *pLog, const log_request *req,
   }
   memset(&sb, 0, sizeof(sb));
   wf_geometry(&sb.geo, WALDIO_LAYOUT_STANDARD, pLog->file.block, 0);
-  pLog->zLayoutWhy = req->zLayoutWhy;
+  pLog->zLayoutWhy = has && req->opts->layout==WALDIO_LAYOUT_AUTO
+      ? "an existing log keeps its layout (SQLite's own WAL; `waldio convert`"
+        " changes it)"
+      : req->zLayoutWhy;
   pLog->physSize = size / pLog->file.block * pLog->file.block;
   pLog->durableEnd = 0;     /* L1: whatever is there may be unflushed */
   pthread_mutex_lock(&pLog->mutex);

@@ -190,7 +190,10 @@ static int attach_found(waldio_log *pLog, const log_request *req,
 /* What the file holds decides, INIT held:
 **   a waldio superblock             -> that slotted layout (attach_found)
 **   a guard header, or a superblock
-**   that fails its checks           -> refuse: it may hold commits
+**   that fails its checks           -> refuse: it may hold commits (unless
+**                                      every frame behind it is in the
+**                                      database: log_settled.c; then as
+**                                      empty)
 **   a standard SQLite WAL (3007000) -> the standard layout, or, for an
 **                                      opener that asked for a slotted
 **                                      one, wal_convert.c re-lays its
@@ -218,6 +221,12 @@ static int init_file(waldio_log *pLog, const log_request *req){
   }
   d = wf_decode_block0(aMeta, &sb);
   if( d>0 ) return attach_found(pLog, req, &sb, size);
+  if( d<0 && !pLog->file.readonly
+   && log_settled(pLog, (int)wf_get32(aMeta+SB_OFF_LAYOUT), req->pDb, size) ){
+    /* Block 0 torn while SQLite began a new generation: every frame behind
+    ** it is in the database, so the log is as good as empty. */
+    return attach_as(pLog, req->layout, req, 0, size);
+  }
   if( d<0 ) return log_damaged_error(pLog->zPath, aMeta);
   if( wf_parse_sqlite_header(aMeta, &version, &page)
    && version==WALDIO_GUARD_VERSION ){

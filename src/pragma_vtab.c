@@ -38,7 +38,7 @@ typedef struct pragma_cursor {
 /* The pragmas pragmas.c answers without a value. */
 static const char *const azPragma[] = {
   "waldio", "waldio_stats", "waldio_sync", "waldio_flush_ms", "waldio_group",
-  "waldio_group_bytes", "waldio_group_ms",
+  "waldio_group_bytes", "waldio_group_ms", "waldio_layout",
 };
 
 #define COL_VALUE  0

@@ -5,6 +5,8 @@
 ** "unix"). xOpen routes by the flags SQLite passes:
 **   SQLITE_OPEN_MAIN_DB  -> waldio_db_file (db_file.c), lower file inside it
 **   SQLITE_OPEN_WAL      -> waldio_wal_file (wal_file.c), our own log I/O
+**                           (in the standard layout where the file system
+**                           has no direct I/O: the lower VFS's own WAL)
 **   anything else        -> opened by the lower VFS directly on SQLite's
 **                           file object, so journals, temp files and the
 **                           like cost nothing (as in ext/misc/cksumvfs.c)

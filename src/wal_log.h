@@ -359,6 +359,10 @@ void log_set_flush_ms(waldio_log *pLog, int ms);
 
 /* ---- For the log's own modules (log_open.c, wal_log.c, the layouts). ---- */
 
+/* Is every committed frame of the log, read in `layout` with the database
+** pDb's page size, already in the database (log_settled.c)? 1 or 0. */
+int log_settled(waldio_log *pLog, int layout, sqlite3_file *pDb, i64 size);
+
 /* The first WALDIO_META_BYTES of the file (*pGot: how many it has). */
 int log_read_meta(waldio_log *pLog, u8 *aMeta, size_t *pGot);
 void log_adopt_meta(waldio_log *pLog, const wal_superblock *sb);  /* mutex held */

@@ -105,11 +105,13 @@ def test_recorder_sees_every_kind_of_io(mode: str, out_root: Path) -> None:
     else:
         # waldio: the log's frames only through direct writes (persistent:
         # RWF_DSYNC), the database through the page cache. A standard log's
-        # 32-byte header (SQLite's, at each restart) goes through the page
-        # cache (persistent: RWF_DSYNC); an embed log has no such write.
-        cls = crash.FUA if mode == "waldio-persistent" else crash.DEV
+        # 32-byte header goes through the page cache: SQLite's at each
+        # restart (persistent: with RWF_DSYNC, a FUA write) and the clean
+        # close's new salts (layout_standard.c invalidate_frames, advice).
+        # A slotted log (mode+layout) has no such write.
+        cls = crash.FUA if mode.startswith("waldio-persistent") else crash.DEV
         assert writes.get(("c.db-wal", cls), 0) >= 80
-        assert log_page_writes == ({(0, 32)} if mode == "waldio-full" else set())
+        assert log_page_writes == (set() if "+" in mode else {(0, 32)})
         assert writes.get(("c.db", crash.PAGE), 0) > 0
         # Every acknowledged transaction's commit frame is found in the
         # recorded log writes, and (full, persistent) it was durable before
@@ -697,6 +699,10 @@ MULTI_CAMPAIGNS = [
     # each path per workload (time).
     ("two-procs", "waldio-from-stock+pad4k"), ("two-procs", "waldio-group-async+embed"),
     ("ckpt-proc", "waldio-normal+embed"), ("fork", "waldio-full+embed"),
+    # Stock SQLite in the mix (the standard layout): a stock writer, and a
+    # stock process's checkpoints of every kind and read transactions.
+    ("stock-writer", "waldio-group-durable"), ("stock-writer", "waldio-normal"),
+    ("stock-ckpt", "waldio-group-durable"), ("stock-ckpt", "waldio-full"),
 ]
 
 
@@ -717,7 +723,7 @@ def test_multi_process_campaign(workload: str, mode: str, out_root: Path) -> Non
     rec = crash.Recording(rd)
     order = rec.meta["order"]
     writers = {w for _g, w, _n in order}
-    if workload == "two-procs":
+    if workload in ("two-procs", "stock-writer"):
         # Both writers committed, taking turns many times.
         assert writers == {0, 1} and rec.meta["switches"] >= 4, rec.processes_text()
         if mode == "waldio-full":
@@ -729,9 +735,9 @@ def test_multi_process_campaign(workload: str, mode: str, out_root: Path) -> Non
             whole = [it.cls for it in rec.items if it.op == W and it.data is not None
                      and it.name.endswith("-wal") and it.off and it.length % 4096 == 0]
             assert 0 < whole.count(DEV) and whole.count(PAGE) > 2 * whole.count(DEV), whole
-    elif workload == "ckpt-proc":
+    elif workload in ("ckpt-proc", "stock-ckpt"):
         ck = rec.meta["processes"]["checkpointer-1"]["ops"]
-        assert ck.get("TRUNCATE", 0) and ck.get("PASSIVE", 0) and ck.get("read", 0), ck
+        assert all(ck.get(k) for k in ("PASSIVE", "FULL", "RESTART", "TRUNCATE", "read")), ck
     else:
         # Children that exited at once (exit(), _exit()) and children that
         # committed; with waldio, group-async bursts without a promise.
@@ -741,6 +747,18 @@ def test_multi_process_campaign(workload: str, mode: str, out_root: Path) -> Non
             assert rec.meta["processes"]["async"] > 0
     # Every process's I/O is in the one log.
     assert len({rec.events[it.idx].pid for it in rec.items}) >= 2
+    if workload.startswith("stock-"):
+        # The second process is stock SQLite: the unix VFS's page-cache
+        # writes of the log, its header and each frame's header and page
+        # apart, never a commit's frames in one write as waldio's.
+        stock = rec.meta["processes"]["%s-1" % ("writer" if workload == "stock-writer"
+                                                 else "checkpointer")]
+        assert stock["stock"], stock
+        wal = [it for it in rec.items if it.op == W and it.name.endswith("-wal")]
+        mine = {(it.cls, it.length) for it in wal if rec.events[it.idx].pid == stock["pid"]}
+        assert mine <= {(PAGE, 32), (PAGE, 24), (PAGE, 4096)}, mine
+        if workload == "stock-writer":
+            assert {(PAGE, 24), (PAGE, 4096)} <= mine, mine
     res = crash.run_campaign(mode, workload=workload, states=STATES, seed=3, txns=80, rec_dir=rd)
     assert res.total_tried == STATES and set(res.tried) == set(crash.MODELS)
     assert res.distinct >= STATES // 4

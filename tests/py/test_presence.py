@@ -25,7 +25,7 @@ from waldio import logformat
 
 ROOT = Path(__file__).resolve().parents[2]
 PRAGMAS = ("waldio", "waldio_stats", "waldio_sync", "waldio_flush_ms", "waldio_group",
-           "waldio_group_bytes", "waldio_group_ms")
+           "waldio_group_bytes", "waldio_group_ms", "waldio_layout")
 
 
 def test_pragma_tables_answer_as_the_pragmas(sqlite: Any, dbdir: Path) -> None:

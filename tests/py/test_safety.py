@@ -172,6 +172,8 @@ def test_standard_wal_left_by_stock_sqlite_is_recovered(sqlite: Any, dbdir: Path
     assert wl.integrity(conn) == "ok"
     status = wl.status(conn)
     assert status["holds_frames"] and status["layout"] == want
+    if asked == "auto":
+        assert status["layout_reason"].startswith("an existing log keeps its layout"), status
     conn.close()
     assert not Path(str(path) + "-wal.waldio-convert").exists()
 

@@ -64,7 +64,7 @@ mode's contract makes durable at that crash point:
 A "flush" is a completed fdatasync of the log, by any process (a sync of the
 database file does not write the log's page cache back).
 
-Workloads (--workload; default: mixed and the three multi-process ones):
+Workloads (--workload; default: mixed and the multi-process ones):
   mixed      one writer process: autocommit and multi-statement
              transactions, spilled and rolled-back transactions, checkpoints
              of every kind, readers that pin the log, reopening (also: bank,
@@ -76,6 +76,8 @@ Workloads (--workload; default: mixed and the three multi-process ones):
              buffered; the child exits (exit(): atexit handlers; _exit())
              or opens its own connection and commits while the parent
              leaves group mode, checkpoints (TRUNCATE) and commits
+  stock-writer, stock-ckpt  two-procs and ckpt-proc with the second
+             process stock SQLite (waldio modes of the standard layout)
 Every process of a multi-process workload loads the recorder and waldio and
 appends to one event log (one O_APPEND write per event: the file's order is
 the order of the system calls). Each transaction learns its place g in the

@@ -204,4 +204,9 @@ def mode_runs_workload(mode: str, workload: str) -> bool:
     base = mode.partition("+")[0]
     if base in MODES and (MODES[base].lsmvbt or MODES[base].exclusive):
         return workload in ("mixed", "bank")
+    if workload in ("stock-writer", "stock-ckpt"):
+        # A stock process beside waldio's: only the standard layout shares
+        # the database with it (a slotted log refuses stock SQLite).
+        m = get_mode(mode)
+        return m.waldio and m.uri_options().get("layout", "auto") in ("auto", "standard")
     return base not in _MULTI_EXCLUDED.get(workload, ())

@@ -9,6 +9,8 @@ base database and creates the event log. Then:
   calls and appends to the same log (``recorder_join``), and waits for them.
   Two writers commit interleaved transactions, or one writer commits while
   the other process checkpoints (PASSIVE, FULL, RESTART, TRUNCATE) and reads.
+  ``stock-writer`` and ``stock-ckpt`` run them with the second process stock
+  SQLite, recorded below the unix VFS.
 * ``fork``: the recording process is the writer and forks; a child inherits
   the recorder's log descriptor and keeps recording (its first event is
   FORK).
@@ -47,7 +49,7 @@ from .database import (Runner, configure, control_connection, create_base, creat
 from .database import mark as log_mark
 from .events import mark_name
 from .modes import Mode, get_mode
-from .workload import ACCOUNTS, Step, apsw_module, process_steps
+from .workload import ACCOUNTS, STOCK_MIX, Step, apsw_module, process_steps
 
 PAUSE_MAX_S = 0.002        # a writer's random pause after a commit: interleaving
 
@@ -146,10 +148,12 @@ def run_processes(mode: Mode, workload: str, seed: int, txns: int, db: Path, eve
     wait for them. Returns what each reported."""
     stop = db.parent.parent / "stop"
     roles: List[Dict[str, Any]] = []
-    if workload == "two-procs":
+    if STOCK_MIX.get(workload, workload) == "two-procs":
         roles = [{"role": "writer", "writer": 0}, {"role": "writer", "writer": 1}]
     else:
         roles = [{"role": "writer", "writer": 0}, {"role": "checkpointer", "writer": 1}]
+    if workload in STOCK_MIX:
+        roles[1]["stock"] = True              # SQLite's own unix VFS, no waldio
     procs = []
     for i, r in enumerate(roles):
         args = dict(r, mode=mode.name, workload=workload, seed=seed, txns=txns, db=str(db),
@@ -188,13 +192,15 @@ def run_processes(mode: Mode, workload: str, seed: int, txns: int, db: Path, eve
 
 
 def role_proc(args: Dict[str, Any]) -> None:
-    """One process of a two-procs or ckpt-proc run: recorder and waldio
-    loaded here, appending to the run's event log."""
+    """One process of a two-procs or ckpt-proc run (or their stock-*
+    variants): recorder and waldio loaded here, appending to the run's event
+    log. A stock process opens the recorder VFS itself (the unix VFS below
+    it), and SQLite ignores the mode's waldio_* URI parameters."""
     mode = get_mode(args["mode"])
     load_recorder()
     vfs = "recorder"
     ctl = control_connection()
-    if mode.waldio:
+    if mode.waldio and not args.get("stock"):
         waldio.load()
         hooked = ctl.execute("SELECT recorder_hook_waldio('waldio')").fetchall()[0][0]
         if hooked < 10:
@@ -214,6 +220,7 @@ def role_proc(args: Dict[str, Any]) -> None:
         report: Dict[str, Any] = {"committed": runner.committed}
     else:
         report = checkpointer(mode, db, vfs, args["seed"], Path(args["stop"]), args["nproc"])
+    report.update(pid=os.getpid(), stock=bool(args.get("stock")))
     log_mark(ctl, "end", 0)
     ctl.execute("SELECT recorder_stop()").fetchall()
     print(json.dumps(report), flush=True)
@@ -247,8 +254,11 @@ def checkpointer(mode: Mode, db: Path, vfs: str, seed: int, stop: Path,
     busy = 0
     last = 0
     ops = 0
+    kinds = ["PASSIVE", "TRUNCATE", "FULL", "RESTART", "read"]
     while ops < CHECKPOINTER_MIN_OPS or not stop.exists():
-        op = rng.choices(["PASSIVE", "TRUNCATE", "FULL", "RESTART", "read"], [35, 25, 8, 7, 25])[0]
+        # Each kind once among the first ops (however short the run), then
+        # at random.
+        op = kinds[ops] if ops < len(kinds) else rng.choices(kinds, [35, 25, 8, 7, 25])[0]
         if op == "read":
             reader.execute("BEGIN")
             total = reader.execute("SELECT sum(bal) FROM acct").fetchall()[0][0]

@@ -218,7 +218,7 @@ def growth_steps(seed: int, txns: int) -> List[Step]:
 SINGLE_WORKLOADS = ("mixed", "bank", "two-writers", "growth")
 
 
-MULTI_WORKLOADS = ("two-procs", "ckpt-proc", "fork")
+MULTI_WORKLOADS = ("two-procs", "ckpt-proc", "fork", "stock-writer", "stock-ckpt")
 """Workloads of several processes (procs.py), recorded into one event log:
 
   two-procs  two writer processes, each running mixed steps of its own
@@ -234,7 +234,16 @@ MULTI_WORKLOADS = ("two-procs", "ckpt-proc", "fork")
              opens its own connection and commits while the parent does;
              the parent leaves group mode, checkpoints (TRUNCATE) and
              commits in the mode's own synchronous setting
+  stock-writer  two-procs whose writer 1 is stock SQLite (the unix VFS, the
+             mode's synchronous setting): waldio modes of the standard
+             layout, which stock processes share at any time
+  stock-ckpt ckpt-proc whose checkpointer is stock SQLite: its PASSIVE,
+             FULL, RESTART and TRUNCATE checkpoints and read transactions
+             (as Litestream's) against waldio's commits
 """
+
+# A stock-* workload is the one it names run with a stock process (procs.py).
+STOCK_MIX = {"stock-writer": "two-procs", "stock-ckpt": "ckpt-proc"}
 
 
 WORKLOADS = SINGLE_WORKLOADS + MULTI_WORKLOADS
@@ -244,6 +253,7 @@ def process_steps(workload: str, seed: int, txns: int) -> Dict[int, List[Step]]:
     """The steps of each writer of a multi-process workload (writer index ->
     steps). two-procs: two writers sharing txns; ckpt-proc: one writer;
     fork: the parent (0) and its children (1), their transactions only."""
+    workload = STOCK_MIX.get(workload, workload)
     if workload == "two-procs":
         return {w: make_steps(workload, seed, n, writer=w)
                 for w, n in ((0, txns - txns // 2), (1, txns // 2))}

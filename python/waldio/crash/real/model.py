@@ -114,7 +114,8 @@ class ModelCheck:
                 volatile.append(it)
         in_flight = self._in_flight(end)
         real = {n: d for n, d in files.items() if not n.endswith("-shm")}
-        variants = self._namespaces(durable, [it for it in volatile if it.ns])
+        variants = [{n: i for n, i in ns.items() if not n.endswith("-shm")}
+                    for ns in self._namespaces(durable, [it for it in volatile if it.ns])]
         matching = [ns for ns in variants if set(ns) == set(real)]
         if not matching:
             return ["namespace: files %s; the model allows %s"

@@ -52,6 +52,10 @@ RUNS: List[RealRun] = [
     RealRun("waldio-full", "two-procs"),
     # Two processes sharing group commit (one flush for the commits of both).
     RealRun("waldio-group-durable", "two-procs"),
+    # Stock SQLite in the mix (the standard layout): a stock writer, and a
+    # stock process's checkpoints of every kind and read transactions.
+    RealRun("waldio-full", "stock-writer"),
+    RealRun("waldio-group-durable", "stock-ckpt"),
     RealRun("wal-full", "mixed"),
     RealRun("wal-full", "growth", image_mb=48),
     RealRun("wal-normal", "mixed", control=True),
