@@ -109,7 +109,7 @@ int waldio_options_from_uri(waldio_options *o, const char *zUri){
   const char *z;
   if( (z = sqlite3_uri_parameter(zUri, "waldio_layout"))!=0
    && waldio_parse_layout(z, &o->layout) ){
-    return bad_uri("waldio_layout", z, "auto, standard, embed, pad4k or pad8k");
+    return bad_uri("waldio_layout", z, "auto, embed, pad4k, pad8k or standard");
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_sync"))!=0
    && waldio_parse_sync(z, &o->sync) ){

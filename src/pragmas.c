@@ -282,6 +282,5 @@ int waldio_pragma(waldio_db_file *p, char **az){
   if( strcasecmp(zName, "waldio_layout")==0 ) return pragma_layout(p, az);
   return refuse(az, sqlite3_mprintf("unknown pragma %s; waldio's"
       " pragmas are waldio, waldio_sync, waldio_stats, waldio_flush_ms,"
-      " waldio_group, waldio_group_bytes, waldio_group_ms and waldio_layout",
-      zName));
+      " waldio_group, waldio_group_bytes, waldio_group_ms and waldio_layout", zName));
 }

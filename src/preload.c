@@ -133,7 +133,7 @@ static int parse_env(void){
            int (*xBytes)(const char*, long long*); long long *pBytes;
            const char *zExpect; } a[] = {
     { "WALDIO_LAYOUT", waldio_parse_layout, &g_opts.layout, 0, 0,
-      "auto, embed, pad4k or pad8k" },
+      "auto, embed, pad4k, pad8k or standard" },
     { "WALDIO_SYNC", waldio_parse_sync, &g_opts.sync, 0, 0,
       "auto, persistent or ns" },
     { "WALDIO_IO", waldio_parse_io, &g_opts.io, 0, 0,

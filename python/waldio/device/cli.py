@@ -41,15 +41,21 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="device_command", metavar="COMMAND")
     sub.required = True
-    ls = sub.add_parser("list", help="the shipped profiles, one line each")
+    def example(line: str) -> Dict[str, Any]:
+        return {"epilog": "example:\n  " + line,
+                "formatter_class": argparse.RawDescriptionHelpFormatter}
+    ls = sub.add_parser("list", help="the shipped profiles, one line each",
+                        **example("waldio device list"))
     ls.set_defaults(func=run_list)
     show = sub.add_parser("show", help="a profile: parameters, where each comes from, what it "
-                                       "models and what not")
+                                       "models and what not",
+                          **example("waldio device show emmc-2014"))
     show.add_argument("profile", help="a shipped profile's name or a profile file's path")
     show.add_argument("--json", action="store_true", help="print the profile as JSON")
     show.set_defaults(func=run_show)
     cal = sub.add_parser("calibrate", help="measure the profile's source figures on the "
-                                           "emulated stack (root, FUSE, loop devices)")
+                                           "emulated stack (root, FUSE, loop devices)",
+                         **example("waldio device calibrate emmc-2014 --rounds 3"))
     cal.add_argument("profile", help="a shipped profile's name or a profile file's path")
     cal.add_argument("--rounds", type=int, default=5, metavar="N",
                      help="runs per target, each with the costs on and off (default 5)")
