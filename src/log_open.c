@@ -191,9 +191,10 @@ static int attach_found(waldio_log *pLog, const log_request *req,
 **   a waldio superblock             -> that slotted layout (attach_found)
 **   a guard header, or a superblock
 **   that fails its checks           -> refuse: it may hold commits (unless
-**                                      every frame behind it is in the
-**                                      database: log_settled.c; then as
-**                                      empty)
+**                                      a torn write left its SQLite header
+**                                      copy whole: wf_decode_block0_torn;
+**                                      or every frame behind it is in the
+**                                      database: log_settled.c, as empty)
 **   a standard SQLite WAL (3007000) -> the standard layout, or, for an
 **                                      opener that asked for a slotted
 **                                      one, wal_convert.c re-lays its
@@ -221,6 +222,11 @@ static int init_file(waldio_log *pLog, const log_request *req){
   }
   d = wf_decode_block0(aMeta, &sb);
   if( d>0 ) return attach_found(pLog, req, &sb, size);
+  if( d<0 && !pLog->file.readonly && wf_decode_block0_torn(aMeta, &sb) ){
+    /* A block-0 write torn in its flags or checksum: the SQLite header copy
+    ** it carries is whole, and says what the log holds. */
+    return attach_found(pLog, req, &sb, size);
+  }
   if( d<0 && !pLog->file.readonly
    && log_settled(pLog, (int)wf_get32(aMeta+SB_OFF_LAYOUT), req->pDb, size) ){
     /* Block 0 torn while SQLite began a new generation: every frame behind

@@ -206,6 +206,31 @@ int wf_decode_block0(const u8 *meta, wal_superblock *sb){
   return 1;
 }
 
+int wf_decode_block0_torn(const u8 *meta, wal_superblock *sb){
+  u8 copy[WALDIO_META_BYTES];
+  u32 sum[2], version = 0, page = 0;
+  int hasHeader;
+  static const u8 zero[WAL_HDR_BYTES];
+  /* The fields a block-0 write changes are the flags, the SQLite header
+  ** copy and the checksum. The copy carries SQLite's own checksum: whole,
+  ** or all zero (no generation), it is what the log holds; then the flags
+  ** follow from it, and the rest must be as wf_decode_block0 wants it. */
+  if( memcmp(meta+SB_OFF_SQLHDR, zero, WAL_HDR_BYTES)==0 ){
+    hasHeader = 0;
+  }else if( wf_parse_sqlite_header(meta+SB_OFF_SQLHDR, &version, &page)
+         && version==WAL_FORMAT_VERSION ){
+    hasHeader = 1;
+  }else{
+    return 0;
+  }
+  memcpy(copy, meta, sizeof(copy));
+  wf_put32(copy+SB_OFF_FLAGS, hasHeader ? SB_FLAG_HAS_HEADER : 0);
+  sb_checksum(copy, sum);
+  wf_put32(copy+SB_OFF_CKSUM, sum[0]);
+  wf_put32(copy+SB_OFF_CKSUM+4, sum[1]);
+  return wf_decode_block0(copy, sb)>0 && sb->format==WALDIO_FORMAT;
+}
+
 const char *wf_block0_damage(const u8 *meta){
   wal_superblock sb;
   u32 sum[2], version = 0, page = 0;

@@ -137,6 +137,13 @@ void wf_encode_block0(const wal_superblock *sb, u8 *meta);
 ** none, -1 if one is present but damaged. */
 int wf_decode_block0(const u8 *meta, wal_superblock *sb);
 
+/* A block 0 that wf_decode_block0() finds damaged, read as the write that
+** tore it left it (F3 assumed sectors whole; a power loss may garble the
+** bytes a write changes): 1, with *sb, if its SQLite header copy is whole
+** by SQLite's own checksum (or all zero) and every other field agrees, the
+** flags recomputed from the copy; else 0. */
+int wf_decode_block0_torn(const u8 *meta, wal_superblock *sb);
+
 /* Which check of a damaged block 0 failed, in words (a static string), or
 ** NULL if wf_decode_block0() accepts it or it is no waldio log at all. A
 ** missing magic counts as damage only next to a guard header (F4). */
