@@ -139,7 +139,9 @@ def acked(path: Path) -> Set[int]:
     return {int(x) for x in path.read_text().split()} if path.exists() else set()
 
 
-def check_restore(out: Path, must: Set[int], may: Set[int]) -> None:
+def check_restore(out: Path, must: Set[int], may: Set[int]) -> int:
+    """The restored database's rows: every one of `must`, none outside
+    `may`, each writer's a prefix. Returns how many it holds."""
     conn = sqlite3.connect(out)
     try:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
@@ -151,6 +153,7 @@ def check_restore(out: Path, must: Set[int], may: Set[int]) -> None:
     for k in range(1, WRITERS + 1):           # each writer's rows: a prefix
         mine = sorted(r - k * 100000 for r in rows if k * 100000 <= r < (k + 1) * 100000)
         assert mine == list(range(len(mine)))
+    return len(rows)
 
 
 @pytest.mark.parametrize("kind", ["file", "s3"])
@@ -192,12 +195,15 @@ def test_litestream_replicates_and_restores(dbdir: Path, kind: str) -> None:
             assert json.loads(out.splitlines()[-1])["status"]["layout"] == "standard"
         written = acked(acks)
         assert len(written) == WRITERS * ROWS
-        check_restore(dbdir / "mid.db", before, written)
+        mid = check_restore(dbdir / "mid.db", before, written)
         # Every commit was acknowledged before this point, E. The second
         # caught-up sync after E began after E: all of it is replicated.
         rep.wait_uploads_after(rep.caught_up(), 2, count=rep.caught_up)
         rep.restore(url, dbdir / "final.db")
-        check_restore(dbdir / "final.db", written, written)
+        final = check_restore(dbdir / "final.db", written, written)
+        print("\nlitestream %s: %d commits acknowledged (%d before the mid-run restore's"
+              " sync); restored mid-run %d, at the end %d"
+              % (kind, len(written), len(before), mid, final))
     finally:
         rep.stop()
         if s3:
