@@ -54,6 +54,33 @@ static int g_hook, g_hookAfter, g_calls, g_gateFd = -1;
 static char g_gateFile[600];     /* while it exists, flushes wait at the gate */
 static char g_atGateFile[620];   /* made when a flush reaches the closed gate */
 
+/* Does this process hold a flush leader's lock (LOG_LOCK_LEADER or
+** LEADER2, exclusive, on any descriptor)? /proc/self/fdinfo lists each
+** open file description's locks. A stop must come inside a flush it leads:
+** a stop inside a sync under SQLite's WAL write lock (the log's growth)
+** would hold every writer, with or without waldio, as in stock SQLite. */
+static int leading(void){
+  long long lo = log_lock_offset(LOG_LOCK_LEADER), hi = log_lock_offset(LOG_LOCK_LEADER2);
+  char zPath[64], zLine[256];
+  int fd, found = 0;
+  for(fd=0; fd<1024 && !found; fd++){
+    FILE *f;
+    snprintf(zPath, sizeof(zPath), "/proc/self/fdinfo/%d", fd);
+    if( !(f = fopen(zPath, "r")) ) continue;
+    while( !found && fgets(zLine, sizeof(zLine), f) ){
+      long long start;
+      char zKind[16], zMode[16];
+      if( sscanf(zLine, "lock: %*d: %15s %*s %15s %*s %*s %lld", zKind, zMode, &start)==3
+       && strcmp(zKind, "OFDLCK")==0 && strcmp(zMode, "WRITE")==0
+       && start>=lo && start<=hi ){
+        found = 1;
+      }
+    }
+    fclose(f);
+  }
+  return found;
+}
+
 static int hooked_fdatasync(int fd){
   if( g_hook==HOOK_GATE_FLUSH ){
     char c;
@@ -61,8 +88,9 @@ static int hooked_fdatasync(int fd){
       if( g_atGateFile[0] ) close(open(g_atGateFile, O_CREAT|O_WRONLY, 0644));
       if( read(g_gateFd, &c, 1)!=1 ) _exit(97);
     }
-  }else if( (g_hook==HOOK_KILL_IN_FLUSH || g_hook==HOOK_STOP_IN_FLUSH
-             || g_hook==HOOK_FAIL_FLUSH) && ++g_calls>g_hookAfter ){
+  }else if( (g_hook==HOOK_KILL_IN_FLUSH || g_hook==HOOK_FAIL_FLUSH
+              || (g_hook==HOOK_STOP_IN_FLUSH && leading()))
+          && ++g_calls>g_hookAfter ){
     if( g_hook==HOOK_KILL_IN_FLUSH ) raise(SIGKILL);
     if( g_hook==HOOK_STOP_IN_FLUSH ) for(;;) pause();
     errno = EIO;
