@@ -367,23 +367,32 @@ int waldio_db_only_statement(waldio_db_file *p){
   return n==1;                  /* none: not a statement's commit (backup) */
 }
 
+/* Where stock processes share the wal-index, only while none does: a
+** stock checkpointer with synchronous=OFF copies frames without syncing
+** the log first, and this lock is what keeps it from copying a commit that
+** is not durable yet (docs/interop.md, "What a stock process does"). */
+static int only_waldio_shares(waldio_db_file *p){
+  waldio_log *pLog;
+  int sole, counted;
+  if( !p->nativeShm ) return 1;
+  if( !p->pWal ) return 0;
+  pLog = p->pWal->pLog;
+  sole = flush_side_sole_users(&pLog->side, pLog->zPath, &counted);
+  if( counted ) log_count_group(pLog, LOG_GROUP_SHARER_COUNT);
+  return sole;
+}
+
 static void release_read_lock_early(waldio_db_file *p){
   int rc;
   sqlite3_file *h;
-  /* Where stock processes share the wal-index, only while none does: a
-  ** stock checkpointer with synchronous=OFF copies frames without syncing
-  ** the log first, and this lock is what keeps it from copying a commit that
-  ** is not durable yet (docs/interop.md, "What a stock process does"). */
-  if( p->nativeShm && (!p->pWal || !flush_side_sole_users(&p->pWal->pLog->side,
-                                                         p->pWal->pLog->zPath)) ){
-    return;
-  }
+  if( !only_waldio_shares(p) ) return;
   if( !p->readSlot || !waldio_db_only_statement(p) ) return;
   h = shm_host(p, &rc);
   if( h && h->pMethods->xShmLock(h, p->readSlot, 1,
                                  SQLITE_SHM_UNLOCK|SQLITE_SHM_SHARED)==SQLITE_OK ){
     p->releasedSlot = p->readSlot;
     p->readSlot = 0;
+    log_count_group(p->pWal->pLog, LOG_GROUP_EARLY_RELEASE);
   }
 }
 

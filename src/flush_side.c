@@ -21,12 +21,12 @@
 #define SIDE_DMS_WAIT_MS 5000     /* the first opener zeroes 4 KiB, no more */
 #define SIDE_SUFFIX      "waldio"
 #define SHM_DMS          128      /* os_unix.c UNIX_SHM_DMS, SQLite's -shm */
-#define SOLE_CHECK_MS    50
 
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid){
   memset(s, 0, sizeof(*s));
   pthread_mutex_init(&s->mutex, 0);
   s->fd = -1;
+  shm_watch_init(&s->watch);
   s->mode = mode;
   s->uid = uid;
   s->gid = gid;
@@ -142,26 +142,30 @@ volatile flush_region *flush_side_region(flush_side *s,
   return r;
 }
 
-int flush_side_sole_users(flush_side *s, const char *zWalPath){
+int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted){
   struct timespec ts;
   long long now;
-  int sole;
+  char zShm[4096];
+  size_t n = strlen(zWalPath);
+  int nDb = (int)(n>4 && strcmp(zWalPath + n - 4, "-wal")==0 ? n - 4 : n);
+  int sole = 0;
+  *pCounted = 0;
+  snprintf(zShm, sizeof(zShm), "%.*s-shm", nDb, zWalPath);
   clock_gettime(CLOCK_MONOTONIC, &ts);
   now = (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
   pthread_mutex_lock(&s->mutex);
-  if( s->pRegion && now - s->soleCheckedNs>=(long long)SOLE_CHECK_MS * 1000000 ){
-    char zShm[4096], zSide[4096];
-    size_t n = strlen(zWalPath);
-    int nDb = (int)(n>4 && strcmp(zWalPath + n - 4, "-wal")==0 ? n - 4 : n);
-    int nShm, nSide;
-    snprintf(zShm, sizeof(zShm), "%.*s-shm", nDb, zWalPath);
-    side_path(zWalPath, zSide, sizeof(zSide));
-    nShm = lock_holders(zShm, SHM_DMS);
-    nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
-    s->sole = nShm>=0 && nSide>=0 && nShm<=nSide;
-    s->soleCheckedNs = now;
+  if( s->pRegion ){
+    if( shm_watch_count_due(&s->watch, zShm, now) ){
+      char zSide[4096];
+      int nShm, nSide;
+      side_path(zWalPath, zSide, sizeof(zSide));
+      nShm = lock_holders(zShm, SHM_DMS);
+      nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
+      s->sole = nShm>=0 && nSide>=0 && nShm<=nSide;
+      *pCounted = 1;
+    }
+    sole = s->sole && shm_watch_count_current(&s->watch);
   }
-  sole = s->pRegion && s->sole;
   pthread_mutex_unlock(&s->mutex);
   return sole;
 }
@@ -169,6 +173,7 @@ int flush_side_sole_users(flush_side *s, const char *zWalPath){
 void flush_side_close(flush_side *s, const waldio_syscalls *sys){
   if( s->pRegion ) munmap((void*)s->pRegion, s->nMap);
   if( s->fd>=0 ) sys->xClose(s->fd);
+  shm_watch_close(&s->watch);
   s->pRegion = 0;
   s->fd = -1;
 }

@@ -28,6 +28,7 @@
 #define WALDIO_FLUSH_SIDE_H
 
 #include "flush_region.h"
+#include "shm_watch.h"
 #include "syscalls.h"
 
 #include <pthread.h>
@@ -43,8 +44,8 @@ typedef struct flush_side {
   uid_t uid;
   gid_t gid;
   char zWhy[600];            /* why there is no region, or "" */
-  long long soleCheckedNs;   /* flush_side_sole_users: when it last looked */
-  int sole;                  /*   and what it found */
+  shm_watch watch;           /* flush_side_sole_users: when to count again */
+  int sole;                  /*   and what the last count found */
 } flush_side;
 
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid);
@@ -59,8 +60,9 @@ volatile flush_region *flush_side_region(flush_side *s,
 /* Non-zero if every process that has the database open maps the region
 ** (is in group commit): no process holds SQLite's -shm dead-man switch
 ** that does not hold the side file's (both counted in /proc/locks, which
-** needs no descriptor). Looked up at most every SOLE_CHECK_MS. */
-int flush_side_sole_users(flush_side *s, const char *zWalPath);
+** needs no descriptor), as last counted: again only after "-shm" was opened
+** or closed (shm_watch.h). *pCounted: whether this call counted. */
+int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted);
 
 /* Unmap and close (a forked child's inherited copy too). */
 void flush_side_close(flush_side *s, const waldio_syscalls *sys);

@@ -155,13 +155,15 @@ static char *stats_json(waldio_log *pLog){
       "\"cache_hits\":%llu,"
       "\"cache_misses\":%llu,\"cache_invalidations\":%llu,\"disk_reads\":%llu,"
       "\"device_reads\":%llu,\"readaheads\":%llu,\"bytes_read\":%llu,\"buffered_writes\":%llu,\"logical_truncates\":%llu,\"group_commits\":%llu,"
-      "\"group_writes\":%llu,\"group_waits\":%llu,\"edge_reads\":%llu}",
+      "\"group_writes\":%llu,\"group_waits\":%llu,\"edge_reads\":%llu,"
+      "\"early_releases\":%llu,\"sharer_counts\":%llu}",
       s.frames_written, s.page_overwrites, s.header_rewrites, s.other_writes,
       s.block0_writes, s.log_writes, s.dsync_writes, s.bytes_written,
       s.flushes, s.flushes_skipped, s.timer_flushes, s.prealloc_extends,
       s.prealloc_bytes, s.prealloc_syncs, s.cache_hits, s.cache_misses, s.cache_invalidations,
       s.disk_reads, s.device_reads, s.readaheads, s.bytes_read, s.buffered_writes, s.logical_truncates, s.group_commits,
-      s.group_writes, s.group_waits, s.edge_reads);
+      s.group_writes, s.group_waits, s.edge_reads, s.early_releases,
+      s.sharer_counts);
 }
 
 static int pragma_sync(waldio_db_file *p, char **az){

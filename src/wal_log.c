@@ -718,6 +718,8 @@ void log_count_group(waldio_log *pLog, int what){
   switch( what ){
     case LOG_GROUP_COMMIT: pLog->stats.group_commits++; break;
     case LOG_GROUP_WRITE:  pLog->stats.group_writes++;  break;
+    case LOG_GROUP_EARLY_RELEASE: pLog->stats.early_releases++; break;
+    case LOG_GROUP_SHARER_COUNT:  pLog->stats.sharer_counts++;  break;
     default:               pLog->stats.group_waits++;   break;
   }
   pthread_mutex_unlock(&pLog->mutex);

@@ -114,6 +114,10 @@ typedef struct waldio_stats {
   u64 group_writes;        /* group writes (solo: one write, maybe a flush)
                            ** and shared flushes this process led */
   u64 group_waits;         /* waits for a group write or shared flush */
+  u64 early_releases;      /* wal-index read locks given back while a
+                           ** commit waited for its flush (db_file.c) */
+  u64 sharer_counts;       /* counts of the processes sharing SQLite's
+                           ** -shm in /proc/locks (shm_watch.h) */
 } waldio_stats;
 
 typedef struct waldio_log waldio_log;
@@ -352,7 +356,8 @@ int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
 
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
 /* Count a group commit, group write (or shared flush) or wait. */
-enum { LOG_GROUP_COMMIT, LOG_GROUP_WRITE, LOG_GROUP_WAIT };
+enum { LOG_GROUP_COMMIT, LOG_GROUP_WRITE, LOG_GROUP_WAIT, LOG_GROUP_EARLY_RELEASE,
+       LOG_GROUP_SHARER_COUNT };
 void log_count_group(waldio_log *pLog, int what);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);

@@ -17,6 +17,7 @@ import shutil
 import struct
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
@@ -350,6 +351,68 @@ def test_group_commit_uses_the_side_file(apsw_sqlite: Any, dbdir: Path) -> None:
     assert st["flush_region"] == "side file"
     assert (dbdir / "grp.db-waldio").stat().st_size > 0
     assert not (dbdir / "grp.db-wal-shm").exists()
+    conn.close()
+
+
+STOCK_READER = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1])
+c.execute("SELECT count(*) FROM t").fetchall()   # maps -shm: holds its dead-man switch
+print("ready", flush=True)
+sys.stdin.read()
+c.close()
+"""
+
+
+def _commit_until(conn: Any, first: int, want: Any, limit: int = 500) -> Dict[str, Any]:
+    """Commit one row at a time, 5 ms apart, until want(stats) or limit rows."""
+    st: Dict[str, Any] = {}
+    for i in range(first, first + limit):
+        conn.execute("INSERT INTO t VALUES(?, 'w', 0)", (i,))
+        st = stats(conn)
+        if want(st):
+            break
+        time.sleep(0.005)
+    return st
+
+
+def test_group_commit_keeps_its_read_lock_while_a_stock_process_shares(
+        apsw_sqlite: Any, dbdir: Path) -> None:
+    """A durable group commit gives its wal-index read lock back while it
+    waits for its flush only while every process on the database runs
+    waldio; while a stock process has it open the lock is kept, so that no
+    stock checkpointer copies a commit that is not durable yet (interop.md).
+    Who shares is counted (/proc/locks) only after -shm is opened or closed:
+    none while the same processes commit on (shm_watch.h)."""
+    db = dbdir / "share.db"
+    conn = apsw_sqlite.waldio(db, group="durable")
+    make_table(conn)
+    conn.execute("PRAGMA synchronous=FULL")
+    st = _commit_until(conn, 0, lambda s: s["early_releases"] > 0)
+    assert st["early_releases"] > 0, st                     # alone: given back
+
+    conn.execute("PRAGMA waldio_stats=reset")
+    for i in range(1000, 1100):
+        conn.execute("INSERT INTO t VALUES(?, 'w', 0)", (i,))
+    st = stats(conn)
+    assert st["early_releases"] == 100 and st["sharer_counts"] == 0, st
+
+    stock = subprocess.Popen([sys.executable, "-c", STOCK_READER, str(db)],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert stock.stdout is not None and stock.stdout.readline().strip() == "ready"
+        conn.execute("PRAGMA waldio_stats=reset")
+        st = _commit_until(conn, 2000, lambda s: False, limit=60)
+        assert st["sharer_counts"] == 1, st                 # the open was noticed
+        assert st["early_releases"] == 0, st                # and the lock kept
+    finally:
+        stock.communicate("", timeout=30)
+    assert stock.returncode == 0
+
+    conn.execute("PRAGMA waldio_stats=reset")
+    st = _commit_until(conn, 3000, lambda s: s["early_releases"] > 0)
+    assert st["early_releases"] > 0 and st["sharer_counts"] >= 1, st   # the close too
+    assert conn.execute("PRAGMA integrity_check")[0][0] == "ok"
     conn.close()
 
 
