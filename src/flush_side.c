@@ -145,22 +145,20 @@ volatile flush_region *flush_side_region(flush_side *s,
 int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted){
   struct timespec ts;
   long long now;
-  char zShm[4096];
+  char zShm[4096], zSide[4096];
   size_t n = strlen(zWalPath);
   int nDb = (int)(n>4 && strcmp(zWalPath + n - 4, "-wal")==0 ? n - 4 : n);
   int sole = 0;
   *pCounted = 0;
   snprintf(zShm, sizeof(zShm), "%.*s-shm", nDb, zWalPath);
+  side_path(zWalPath, zSide, sizeof(zSide));
   clock_gettime(CLOCK_MONOTONIC, &ts);
   now = (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
   pthread_mutex_lock(&s->mutex);
   if( s->pRegion ){
-    if( shm_watch_count_due(&s->watch, zShm, now) ){
-      char zSide[4096];
-      int nShm, nSide;
-      side_path(zWalPath, zSide, sizeof(zSide));
-      nShm = lock_holders(zShm, SHM_DMS);
-      nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
+    if( shm_watch_count_due(&s->watch, zShm, zSide, now) ){
+      int nShm = lock_holders(zShm, SHM_DMS);
+      int nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
       s->sole = nShm>=0 && nSide>=0 && nShm<=nSide;
       *pCounted = 1;
     }

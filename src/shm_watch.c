@@ -1,6 +1,6 @@
 /*
 ** shm_watch.c — count who shares "<db>-shm" again only after an open or a
-** close of it (see shm_watch.h for W1-W3).
+** close of it or of the side file (see shm_watch.h for W1-W3).
 */
 #include "shm_watch.h"
 
@@ -23,16 +23,17 @@ void shm_watch_close(shm_watch *w){
   w->fd = -1;
 }
 
-static void start(shm_watch *w, const char *zShm){
+static void start(shm_watch *w, const char *zShm, const char *zSide){
   w->started = 1;
   w->fd = inotify_init1(IN_NONBLOCK|IN_CLOEXEC);
-  if( w->fd>=0 && inotify_add_watch(w->fd, zShm, IN_OPEN|IN_CLOSE)<0 ){
+  if( w->fd>=0 && (inotify_add_watch(w->fd, zShm, IN_OPEN|IN_CLOSE)<0
+                || inotify_add_watch(w->fd, zSide, IN_OPEN|IN_CLOSE)<0) ){
     shm_watch_close(w);             /* W2: no instance or watch left */
   }
 }
 
-/* Read every queued event. Any event (an overflow too) owes a count; the
-** watch's removal (the file deleted) leaves polling (W2). */
+/* Read every queued event. Any event (an overflow too) owes a count; a
+** watch's removal (its file deleted) leaves polling (W2). */
 static void drain(shm_watch *w, long long nowNs){
   union { struct inotify_event e; char b[4096]; } buf;
   for(;;){
@@ -60,10 +61,11 @@ int shm_watch_count_current(const shm_watch *w){
   return w->countNs - w->eventNs>=SETTLE_NS;                /* W1 */
 }
 
-int shm_watch_count_due(shm_watch *w, const char *zShm, long long nowNs){
+int shm_watch_count_due(shm_watch *w, const char *zShm, const char *zSide,
+                        long long nowNs){
   int due;
   if( !w->started ){
-    start(w, zShm);
+    start(w, zShm, zSide);
     w->eventNs = nowNs;             /* who opened before the watch: count */
   }
   if( w->fd>=0 ) drain(w, nowNs);

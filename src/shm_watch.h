@@ -12,15 +12,18 @@
 ** 50 ms by each process, it stalled commits for 3 to 22 ms, 90 times in two
 ** seconds of 8 processes (p99.9 16 ms against 4 ms in the embed layout).
 **
-** The set of holders changes only when a process opens or closes "-shm"
-** (SQLite's unix VFS takes the switch right after its open, and holds it
-** until it closes the file; a process that dies has its files closed). So
-** the count is taken again only after such an event, seen through inotify:
+** The count compares the holders of two locks, each taken right after its
+** file is opened and held until it is closed (a process that dies has its
+** files closed): SQLite's -shm dead-man switch (os_unix.c
+** unixOpenSharedMemory) and the side file's (flush_side.c). So the count is
+** taken again only after an open or close of either file, seen through
+** inotify. (A waldio process opens the side file at its first group commit,
+** after SQLite opened -shm: counted in between, it looks like a stock
+** process until its side file's open is seen.)
 **
-**   W1  A count is current while no open or close of "-shm" was noticed
-**       after SETTLE_MS before it began. The settle covers an opener between
-**       its open() and its lock: the two are consecutive calls in SQLite
-**       (os_unix.c unixOpenSharedMemory); one stopped between them for
+**   W1  A count is current while no open or close of either file was
+**       noticed after SETTLE_MS before it began. The settle covers an opener
+**       between its open() and its lock; one stopped between them for
 **       longer is counted at its next open or close.
 **   W2  Without a usable watch (no inotify instance or watch left, or the
 **       watch was removed: the file was deleted), the count is current for
@@ -42,9 +45,10 @@ typedef struct shm_watch {
 
 void shm_watch_init(shm_watch *w);
 
-/* Notice the opens and closes of zShm since the last call; 1 if a count is
-** due now (its start recorded: the caller counts at once), else 0. */
-int shm_watch_count_due(shm_watch *w, const char *zShm, long long nowNs);
+/* Notice the opens and closes of zShm and zSide since the last call; 1 if a
+** count is due now (its start recorded: the caller counts at once), else 0. */
+int shm_watch_count_due(shm_watch *w, const char *zShm, const char *zSide,
+                        long long nowNs);
 
 /* Non-zero while the last count stands (W1, W2). */
 int shm_watch_count_current(const shm_watch *w);

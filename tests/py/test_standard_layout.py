@@ -382,8 +382,8 @@ def test_group_commit_keeps_its_read_lock_while_a_stock_process_shares(
     waits for its flush only while every process on the database runs
     waldio; while a stock process has it open the lock is kept, so that no
     stock checkpointer copies a commit that is not durable yet (interop.md).
-    Who shares is counted (/proc/locks) only after -shm is opened or closed:
-    none while the same processes commit on (shm_watch.h)."""
+    Who shares is counted (/proc/locks) only after -shm or the side file is
+    opened or closed: never while the same processes commit on (shm_watch.h)."""
     db = dbdir / "share.db"
     conn = apsw_sqlite.waldio(db, group="durable")
     make_table(conn)
