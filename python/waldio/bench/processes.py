@@ -183,6 +183,31 @@ def stock_ratios(cells: Cells, labels: Sequence[str], key: str,
     return out
 
 
+def open_modes(modes: Sequence[ModeSpec], s: Settings,
+               env: SqliteEnv) -> Dict[str, Opener]:
+    """Every mode's SQLite build made ready, and its opener, by label."""
+    for spec in modes:
+        env.ensure(spec.sqlite or "apsw")
+    return {m.label: Opener(m, s, env) for m in modes}
+
+
+def result_document(kind: str, started: str, t_start: float, params: Dict[str, Any],
+                    mode_docs: List[Dict[str, Any]], cells: Cells,
+                    ratios: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The JSON document of a run of several processes (--processes, webapp)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "tool": dict(tool_info(), started_utc=started, finished_utc=timestamp(),
+                     wall_s=round(time.perf_counter() - t_start, 3)),
+        "params": params,
+        "modes": mode_docs,
+        "cells": list(cells.values()),
+        "ratios": ratios,
+        "ok": all(r["ok"] for c in cells.values() for r in c["repetitions"]),
+    }
+
+
 def _fill_rows(s: Settings) -> int:
     """Rows of the fill table: more frames than one checkpoint interval."""
     auto = s.wal_autocheckpoint if s.wal_autocheckpoint is not None else 1000
@@ -245,9 +270,7 @@ class ProcessBench:
         started, t_start = timestamp(), time.perf_counter()
         self.root = target.path
         self.devices = devices_for(self.root)
-        for spec in self.modes:
-            self.env.ensure(spec.sqlite or "apsw")
-        openers = {m.label: Opener(m, s, self.env) for m in self.modes}
+        openers = open_modes(self.modes, s, self.env)
         mode_docs = {m.label: self._mode_doc(m, openers[m.label]) for m in self.modes}
         logs = os.path.join(self.root, "worker-logs")
         os.makedirs(logs, exist_ok=True)
@@ -261,21 +284,13 @@ class ProcessBench:
             workers_started = pool.started
         for cell in cells.values():
             cell["summary"] = self._summary(cell)
-        ratios = stock_ratios(cells, self.labels, "workload")
-        ok = all(r["ok"] for c in cells.values() for r in c["repetitions"])
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": KIND,
-            "tool": dict(tool_info(), started_utc=started, finished_utc=timestamp(),
-                         wall_s=round(time.perf_counter() - t_start, 3)),
-            "params": {"bench": self._bench_params(workers_started),
-                       "target": dict(target.info, note=target.note),
-                       "common": self._common_params(mode_docs)},
-            "modes": [mode_docs[m.label] for m in self.modes],
-            "cells": list(cells.values()),
-            "ratios": ratios,
-            "ok": ok,
-        }
+        return result_document(
+            KIND, started, t_start,
+            {"bench": self._bench_params(workers_started),
+             "target": dict(target.info, note=target.note),
+             "common": self._common_params(mode_docs)},
+            [mode_docs[m.label] for m in self.modes], cells,
+            stock_ratios(cells, self.labels, "workload"))
 
     def _bench_params(self, workers_started: int) -> Dict[str, Any]:
         ps, s = self.ps, self.s

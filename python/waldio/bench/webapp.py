@@ -57,16 +57,15 @@ from waldio.run import environment
 
 from .iostat import Snapshot, cpu_busy_share, device_windows, devices_for, settle
 from .modes import ModeSpec
-from .provenance import timestamp, tool_info
+from .provenance import timestamp
 from .settings import BenchError, Settings
 from .sqlite_env import Opener, SqliteEnv
-from .processes import run_rounds, stock_ratios
+from .processes import open_modes, result_document, run_rounds, stock_ratios
 from .stats import pair_ratios, sum_counters, summarize
 from .target import Target
 from .template import building, reserve_for
 from .worker_pool import file_tail
 
-SCHEMA_VERSION = 1
 KIND = "webapp"
 WORKLOAD = "webapp"
 # mix -> (% reads, % inserts); the rest are visit updates
@@ -366,9 +365,7 @@ class WebappBench:
         started, t_start = timestamp(), time.perf_counter()
         self.root = target.path
         self.devices = devices_for(self.root)
-        for spec in self.modes:
-            self.env.ensure(spec.sqlite or "apsw")
-        openers = {m.label: Opener(m, s, self.env) for m in self.modes}
+        openers = open_modes(self.modes, s, self.env)
         mode_docs = {m.label: self._mode_doc(m) for m in self.modes}
         cells = run_rounds(
             s.warmup + s.repetitions, s.warmup, ws.mixes, ws.processes, self.modes, "mix",
@@ -380,19 +377,12 @@ class WebappBench:
             cell["summary"] = self._summary(cell)
         ratios = stock_ratios(cells, self.labels, "mix", lambda reps, base: {
             "p99": pair_ratios(reps, base, key="p99_ms")})
-        return {
-            "schema_version": SCHEMA_VERSION,
-            "kind": KIND,
-            "tool": dict(tool_info(), started_utc=started, finished_utc=timestamp(),
-                         wall_s=round(time.perf_counter() - t_start, 3)),
-            "params": {"bench": self._bench_params(),
-                       "target": dict(target.info, note=target.note),
-                       "common": self._common_params()},
-            "modes": [mode_docs[m.label] for m in self.modes],
-            "cells": list(cells.values()),
-            "ratios": ratios,
-            "ok": all(r["ok"] for c in cells.values() for r in c["repetitions"]),
-        }
+        return result_document(
+            KIND, started, t_start,
+            {"bench": self._bench_params(),
+             "target": dict(target.info, note=target.note),
+             "common": self._common_params()},
+            [mode_docs[m.label] for m in self.modes], cells, ratios)
 
     def _server_env(self, spec: ModeSpec) -> Dict[str, str]:
         """The app's environment: as it is (stock), or what `waldio env` prints for the
