@@ -839,6 +839,8 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   p->passthrough = -1;                  /* decided once the file has a header */
   rc = waldio_options_from_uri(&p->opts, zName);
   if( rc ) return rc;
+  p->zGroupFrom = sqlite3_uri_parameter(zName, "waldio_group") ? GROUP_WHY_URI
+      : v->opts.group!=WALDIO_GROUP_OFF ? GROUP_WHY_VFS : 0;
   if( zName ){
     p->zWalPath = sqlite3_mprintf("%s-wal", zName);
     if( !p->zWalPath ) return SQLITE_NOMEM;

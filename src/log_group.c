@@ -270,7 +270,8 @@ int group_leave_solo(waldio_log *pLog){
 
 #define KNOCK_POLL_MS 5
 
-int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
+int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms,
+                  const char *zWhy){
   int was = log_group_mode(pLog), solo = 0, rc = SQLITE_OK;
   if( mode==WALDIO_GROUP_OFF && was!=WALDIO_GROUP_OFF ){
     /* What async commits still owe, buffered or written. */
@@ -290,6 +291,7 @@ int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
   pthread_mutex_lock(&pLog->mutex);
   if( was==WALDIO_GROUP_OFF ) pLog->group.solo = solo;
   pLog->group.mode = mode;
+  pLog->group.zWhy = zWhy;
   pLog->group.capBytes = bytes;
   pLog->group.intervalMs = ms;
   if( pLog->group.solo && pLog->group.knockNs==0 ){
@@ -298,6 +300,14 @@ int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms){
   }
   pthread_mutex_unlock(&pLog->mutex);
   return SQLITE_OK;
+}
+
+const char *log_group_why(waldio_log *pLog){
+  const char *z;
+  pthread_mutex_lock(&pLog->mutex);
+  z = pLog->group.zWhy;
+  pthread_mutex_unlock(&pLog->mutex);
+  return z ? z : GROUP_WHY_DEFAULT;
 }
 
 /* The flusher's part of G5: look for an opener's knock. Mutex held. */

@@ -73,6 +73,8 @@ typedef struct log_group {
                             ** then; 0: nothing owed */
   int solo;                 /* G5 */
   i64 knockNs;              /* solo: when the flusher looks for a knock */
+  const char *zWhy;         /* who set the mode (PRAGMA waldio), static;
+                            ** 0: never set, the default */
 } log_group;
 
 void group_init(log_group *g);
@@ -109,9 +111,21 @@ int group_lookup(const waldio_log *pLog, u32 frame, u8 *out);
 
 /* Switch group commit for every connection of this process on this log
 ** (WALDIO_GROUP_*): solo if no other process has the log open, else
-** shared. Switching off writes and flushes what is owed. */
-int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms);
+** shared. Switching off writes and flushes what is owed. zWhy (static)
+** says who asked, for PRAGMA waldio. */
+int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms,
+                  const char *zWhy);
 int log_group_mode(waldio_log *pLog);
+/* Why the mode in force is in force (static text), GROUP_WHY_DEFAULT if
+** nothing set it. */
+#define GROUP_WHY_DEFAULT "the default: group commit is an opt-in (shared" \
+  " flushes measured slower than a flush per commit at 2 processes," \
+  " docs/durability.md)"
+#define GROUP_WHY_PRAGMA "PRAGMA waldio_group on a connection of this process"
+#define GROUP_WHY_URI "the URI parameter waldio_group"
+#define GROUP_WHY_VFS "the VFS's options (WALDIO_GROUP, waldio env --group" \
+  " or waldio_register())"
+const char *log_group_why(waldio_log *pLog);
 int log_group_solo(waldio_log *pLog);
 
 /* G5: another process knocked: write the buffer, go shared. */

@@ -78,14 +78,22 @@ static const char *group_scope(waldio_log *pLog){
   return log_group_solo(pLog) ? "process" : "shared";
 }
 
+/* Why the group mode in force is: the log's (every connection of this
+** process), or before the log is open this connection's. */
+static const char *group_why(const waldio_db_file *p, waldio_log *pLog){
+  if( pLog ) return log_group_why(pLog);
+  return p->zGroupFrom ? p->zGroupFrom : GROUP_WHY_DEFAULT;
+}
+
 static char *status_json(waldio_db_file *p){
   waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
   char *zVfs = json_str(p->pVfs->zName);
+  char *zGroupWhy = json_str(group_why(p, pLog));
   char *z = sqlite3_mprintf("{\"version\":\"%s\",\"vfs\":%s,"
       "\"sync\":\"%s\",\"sync_setting\":\"%s\",\"io_setting\":\"%s\","
       "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
       "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
-      "\"group_scope\":\"%s\","
+      "\"group_scope\":\"%s\",\"group_reason\":%s,"
       "\"group_bytes\":%lld,\"group_ms\":%d,\"idle_log_bytes\":%lld,"
       "\"wal_open\":%s,\"passthrough\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
@@ -94,11 +102,12 @@ static char *status_json(waldio_db_file *p){
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
       waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
-      group_scope(pLog),
+      group_scope(pLog), zGroupWhy,
       p->opts.group_bytes, p->opts.group_ms, (long long)waldio_db_idle_bound(p),
       pLog ? "true" : "false",
       p->passthrough>0 ? "true" : "false");
   sqlite3_free(zVfs);
+  sqlite3_free(zGroupWhy);
   if( z && !pLog && p->zStockIo ){
     char *zWhy = json_str(p->zStockIo);
     z = sqlite3_mprintf("%z,\"layout\":\"standard\",\"io\":\"stock\","
@@ -226,7 +235,8 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
           : zWhich[1]=='b' ? "a size between 4K and 16M" : "milliseconds, 1..60000"));
     }
     if( p->pWal ){
-      rc = log_set_group(p->pWal->pLog, o.group, o.group_bytes, o.group_ms);
+      rc = log_set_group(p->pWal->pLog, o.group, o.group_bytes, o.group_ms,
+                         GROUP_WHY_PRAGMA);
       if( rc ){
         char zMsg[512];
         waldio_last_error(zMsg, sizeof(zMsg));
@@ -234,6 +244,7 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
       }
     }
     p->opts = o;
+    if( zWhich[0]==0 ) p->zGroupFrom = GROUP_WHY_PRAGMA;
   }
   if( zWhich[0]==0 ){
     int mode = p->pWal ? log_group_mode(p->pWal->pLog) : o.group;

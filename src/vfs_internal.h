@@ -52,6 +52,8 @@ typedef struct waldio_db_file {
   sqlite3_file base;
   waldio_vfs *pVfs;
   waldio_options opts;       /* VFS defaults + URI parameters + PRAGMAs */
+  const char *zGroupFrom;    /* who set opts.group (log_group.h GROUP_WHY_*),
+                             ** 0: the default */
   waldio_wal_file *pWal;     /* this connection's open WAL, or NULL */
   const char *zName;
   char *zWalPath;            /* zName + "-wal" (sqlite3_malloc) */

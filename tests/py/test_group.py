@@ -269,6 +269,29 @@ def test_bad_group_values(sqlite: Any, dbdir: Path) -> None:
         sqlite.waldio(dbdir / "h.db", group="maybe").execute("SELECT 1 FROM sqlite_master")
 
 
+def test_pragma_waldio_says_which_group_mode_and_why(sqlite: Any, dbdir: Path) -> None:
+    """PRAGMA waldio names the group mode in force for the process's log and
+    who set it: the default, the URI, or a PRAGMA on any connection."""
+    plain = sqlite.waldio(dbdir / "d.db")
+    wl.setup(plain)
+    st = wl.status(plain)
+    assert st["group"] == "off" and st["group_reason"].startswith("the default"), st
+    plain.close()
+
+    by_uri = sqlite.waldio(dbdir / "u.db", group="durable")
+    wl.setup(by_uri)
+    st = wl.status(by_uri)
+    assert st["group"] == "durable" and "URI" in st["group_reason"], st
+    other = sqlite.waldio(dbdir / "u.db")            # same log, same process
+    other.execute("SELECT count(*) FROM acct")       # its log open: the PRAGMA is the log's
+    other.execute("PRAGMA waldio_group=strict")
+    for conn in (other, by_uri):
+        st = wl.status(conn)
+        assert st["group"] == "strict" and "PRAGMA waldio_group" in st["group_reason"], st
+    other.close()
+    by_uri.close()
+
+
 @pytest.mark.parametrize("mode", ["off", "async", "durable"])
 def test_own_commits_keep_the_cache(sqlite: Any, dbdir: Path, mode: str) -> None:
     """A process's own commits (grouped or not) must not invalidate its
