@@ -54,6 +54,9 @@ def wal_checksum(data: bytes, big_endian: bool, s: tuple[int, int] = (0, 0)) -> 
     return s1, s2
 
 
+STANDARD_HEADER_KIND = "standard SQLite WAL header"
+
+
 def describe_wal_header(h: bytes) -> Dict[str, Any]:
     """What the first 32 bytes of a -wal say, as stock SQLite would read them."""
     if len(h) < 32 or _u32(h, 0) not in WAL_MAGICS:
@@ -63,7 +66,7 @@ def describe_wal_header(h: bytes) -> Dict[str, Any]:
     if not ok:
         kind = "invalid checksum (stock SQLite sees an empty log)"
     elif version == WAL_VERSION:
-        kind = "standard SQLite WAL header"
+        kind = STANDARD_HEADER_KIND
     elif version == GUARD_VERSION:
         kind = "waldio guard (stock SQLite refuses: SQLITE_CANTOPEN)"
     else:

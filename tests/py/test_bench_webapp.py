@@ -131,3 +131,21 @@ def test_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str
             cli.main(["bench", "--processes", "2"] + argv)
         assert e.value.code == 2
         assert says in capsys.readouterr().err
+
+
+def test_log_state_reads_a_standard_log(tmp_path: Path) -> None:
+    """The graceful-stop check in the standard layout (SQLite's own WAL bytes, no
+    in-use guard): frames SQLite's recovery would replay are frames left behind."""
+    import apsw
+    db = str(tmp_path / "s.db")
+    conn = apsw.Connection(db, vfs="unix")
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(x); INSERT INTO t VALUES(1)")
+    held = W.log_state(db)
+    assert (held["waldio"], held["holds_frames"], held["in_use_guard"]) == (False, True, False)
+    conn.execute("PRAGMA wal_checkpoint(RESTART)")
+    conn.execute("INSERT INTO t VALUES(2)")         # a new generation over the old frames
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    empty = W.log_state(db)
+    assert empty["wal_bytes"] == 0 and empty["holds_frames"] is False
+    conn.close()
