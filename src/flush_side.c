@@ -142,27 +142,37 @@ volatile flush_region *flush_side_region(flush_side *s,
   return r;
 }
 
+/* "<db>-shm" and "<db>-waldio" for the log "<db>-wal". */
+static void sharer_paths(const char *zWal, char *zShm, char *zSide, size_t n){
+  size_t len = strlen(zWal);
+  int nDb = (int)(len>4 && strcmp(zWal + len - 4, "-wal")==0 ? len - 4 : len);
+  snprintf(zShm, n, "%.*s-shm", nDb, zWal);
+  side_path(zWal, zSide, n);
+}
+
+/* The count: no holder of -shm's dead-man switch without the side file's. */
+static int count_sole(const char *zShm, const char *zSide){
+  int nShm = lock_holders(zShm, SHM_DMS);
+  int nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
+  return nShm>=0 && nSide>=0 && nShm<=nSide;
+}
+
 int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted){
   struct timespec ts;
   long long now;
   char zShm[4096], zSide[4096];
-  size_t n = strlen(zWalPath);
-  int nDb = (int)(n>4 && strcmp(zWalPath + n - 4, "-wal")==0 ? n - 4 : n);
   int sole = 0;
   *pCounted = 0;
-  snprintf(zShm, sizeof(zShm), "%.*s-shm", nDb, zWalPath);
-  side_path(zWalPath, zSide, sizeof(zSide));
+  sharer_paths(zWalPath, zShm, zSide, sizeof(zShm));
   clock_gettime(CLOCK_MONOTONIC, &ts);
   now = (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
   pthread_mutex_lock(&s->mutex);
   if( s->pRegion ){
     if( shm_watch_count_due(&s->watch, zShm, zSide, now) ){
-      int nShm = lock_holders(zShm, SHM_DMS);
-      int nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
-      s->sole = nShm>=0 && nSide>=0 && nShm<=nSide;
+      shm_watch_counted(&s->watch, count_sole(zShm, zSide));
       *pCounted = 1;
     }
-    sole = s->sole && shm_watch_count_current(&s->watch);
+    sole = shm_watch_sole(&s->watch);
   }
   pthread_mutex_unlock(&s->mutex);
   return sole;

@@ -44,8 +44,8 @@ typedef struct flush_side {
   uid_t uid;
   gid_t gid;
   char zWhy[600];            /* why there is no region, or "" */
-  shm_watch watch;           /* flush_side_sole_users: when to count again */
-  int sole;                  /*   and what the last count found */
+  shm_watch watch;           /* flush_side_sole_users: when to count again,
+                             ** and what the last count found */
 } flush_side;
 
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid);

@@ -21,10 +21,12 @@
 ** after SQLite opened -shm: counted in between, it looks like a stock
 ** process until its side file's open is seen.)
 **
-**   W1  A count is current while no open or close of either file was
-**       noticed after SETTLE_MS before it began. The settle covers an opener
-**       between its open() and its lock; one stopped between them for
-**       longer is counted at its next open or close.
+**   W1  A count stands while no open of either file was noticed after
+**       SETTLE_MS before it began: a close cannot add a stock process. A
+**       count that found one stands only while no close was noticed either,
+**       so that its leaving is seen. The settle covers an opener between
+**       its open() and its lock; one stopped between them for longer is
+**       counted at its next open or close.
 **   W2  Without a usable watch (no inotify instance or watch left, or the
 **       watch was removed: the file was deleted), the count is current for
 **       POLL_MS, as it was before the watch.
@@ -39,19 +41,25 @@
 typedef struct shm_watch {
   int fd;                    /* inotify instance, or -1 (W2) */
   int started;               /* a watch was attempted */
-  long long eventNs;         /* an open or close last noticed (W1) */
+  long long openNs;          /* an open last noticed, or the watch began or
+                             ** was lost (W1, W2) */
+  long long closeNs;         /* a close last noticed (W1) */
   long long countNs;         /* the last count began */
+  int sole;                  /* it found only waldio processes */
 } shm_watch;
 
 void shm_watch_init(shm_watch *w);
 
 /* Notice the opens and closes of zShm and zSide since the last call; 1 if a
-** count is due now (its start recorded: the caller counts at once), else 0. */
+** count is due now (its start recorded: the caller counts at once and
+** gives the result to shm_watch_counted), else 0. */
 int shm_watch_count_due(shm_watch *w, const char *zShm, const char *zSide,
                         long long nowNs);
+void shm_watch_counted(shm_watch *w, int sole);
 
-/* Non-zero while the last count stands (W1, W2). */
-int shm_watch_count_current(const shm_watch *w);
+/* Non-zero if the last count found only waldio processes and stands (W1,
+** W2). */
+int shm_watch_sole(const shm_watch *w);
 
 void shm_watch_close(shm_watch *w);
 

@@ -4,9 +4,10 @@
 ** values so that no step depends on how fast the machine is:
 **   - a count only SETTLE after the watch starts, then none while nothing
 **     opens or closes the file;
-**   - an open and close of either file (-shm, the side file) make the last
-**     count stale at once, and owe a new one SETTLE later, no sooner than
-**     POLL after the last;
+**   - an open of either file (-shm, the side file) makes the last count
+**     stale at once, and owes a new one SETTLE later, no sooner than POLL
+**     after the last; a close does so only to a count that found a process
+**     without waldio (a close cannot add one);
 **   - the file deleted (its watch removed): counts every POLL;
 **   - -shm missing: counts every POLL from the start.
 */
@@ -26,47 +27,66 @@ static void touch_open_close(const char *zPath){
   if( fd>=0 ) close(fd);
 }
 
+/* A count due at nowNs, and what it finds. */
+static void count(shm_watch *w, const char *zShm, const char *zSide,
+                  long long nowNs, int sole){
+  CHECK_EQ(shm_watch_count_due(w, zShm, zSide, nowNs), 1);
+  shm_watch_counted(w, sole);
+}
+
 static void watched_files(const char *zShm, const char *zSide){
   shm_watch w;
   long long t = 1000 * MS;
-  int i;
+  int i, fd;
   for(i=0; i<2; i++){
-    int fd = open(i ? zSide : zShm, O_RDWR|O_CREAT, 0644);
+    fd = open(i ? zSide : zShm, O_RDWR|O_CREAT, 0644);
     CHECK(fd>=0);
     if( fd>=0 ) close(fd);
   }
   shm_watch_init(&w);
 
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t), 0);         /* W1: settle first */
-  CHECK_EQ(shm_watch_count_current(&w), 0);
-  CHECK(w.fd>=0);                                         /* inotify works */
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 10*MS), 1);
-  CHECK_EQ(shm_watch_count_current(&w), 1);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 500*MS), 0); /* nothing happened */
-  CHECK_EQ(shm_watch_count_current(&w), 1);
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t), 0);        /* W1: settle first */
+  CHECK(w.fd>=0);                                               /* inotify works */
+  CHECK_EQ(shm_watch_sole(&w), 0);
+  count(&w, zShm, zSide, t + 10*MS, 1);
+  CHECK_EQ(shm_watch_sole(&w), 1);
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 500*MS), 0);  /* nothing happened */
+  CHECK_EQ(shm_watch_sole(&w), 1);
 
-  touch_open_close(zShm);                                 /* a process came and went */
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 520*MS), 0); /* noticed: settle */
-  CHECK_EQ(shm_watch_count_current(&w), 0);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 531*MS), 1);
-  CHECK_EQ(shm_watch_count_current(&w), 1);
+  fd = open(zShm, O_RDONLY);                                    /* a process comes */
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 520*MS), 0);  /* noticed: settle */
+  CHECK_EQ(shm_watch_sole(&w), 0);
+  count(&w, zShm, zSide, t + 531*MS, 1);
+  CHECK_EQ(shm_watch_sole(&w), 1);
+  if( fd>=0 ) close(fd);                                        /* and goes */
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 600*MS), 0);  /* a close adds */
+  CHECK_EQ(shm_watch_sole(&w), 1);                                /* no stock process */
 
-  touch_open_close(zSide);                                /* W3: 50 ms apart */
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 560*MS), 0);
-  CHECK_EQ(shm_watch_count_current(&w), 0);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 575*MS), 0);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 581*MS), 1);
-  CHECK_EQ(shm_watch_count_current(&w), 1);
+  fd = open(zSide, O_RDONLY);
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 620*MS), 0);
+  count(&w, zShm, zSide, t + 631*MS, 0);                        /* found one */
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 700*MS), 0);  /* it stands */
+  CHECK_EQ(shm_watch_sole(&w), 0);
+  if( fd>=0 ) close(fd);                                        /* it may have left: */
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 710*MS), 0);  /* settle */
+  count(&w, zShm, zSide, t + 721*MS, 1);
+  CHECK_EQ(shm_watch_sole(&w), 1);
 
-  CHECK_EQ(unlink(zShm), 0);                              /* W2 from here */
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 600*MS), 0);
+  touch_open_close(zSide);                                      /* W3: 50 ms apart */
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 740*MS), 0);
+  CHECK_EQ(shm_watch_sole(&w), 0);
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 755*MS), 0);
+  count(&w, zShm, zSide, t + 771*MS, 1);
+
+  CHECK_EQ(unlink(zShm), 0);                                    /* W2 from here */
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 800*MS), 0);
   CHECK(w.fd<0);
-  CHECK_EQ(shm_watch_count_current(&w), 0);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 631*MS), 1);
-  CHECK_EQ(shm_watch_count_current(&w), 1);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 650*MS), 0);
-  CHECK_EQ(shm_watch_count_current(&w), 1);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 681*MS), 1);
+  CHECK_EQ(shm_watch_sole(&w), 0);
+  count(&w, zShm, zSide, t + 821*MS, 1);
+  CHECK_EQ(shm_watch_sole(&w), 1);
+  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 850*MS), 0);
+  CHECK_EQ(shm_watch_sole(&w), 1);
+  count(&w, zShm, zSide, t + 871*MS, 1);
   shm_watch_close(&w);
 }
 
@@ -74,11 +94,11 @@ static void missing_file(const char *zShm, const char *zSide){
   shm_watch w;
   long long t = 2000 * MS;
   shm_watch_init(&w);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t), 1);          /* W2 at once */
+  count(&w, zShm, zSide, t, 1);                                 /* W2 at once */
   CHECK(w.fd<0);
-  CHECK_EQ(shm_watch_count_current(&w), 1);
+  CHECK_EQ(shm_watch_sole(&w), 1);
   CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 49*MS), 0);
-  CHECK_EQ(shm_watch_count_due(&w, zShm, zSide, t + 50*MS), 1);
+  count(&w, zShm, zSide, t + 50*MS, 1);
   shm_watch_close(&w);
 }
 
