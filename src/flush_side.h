@@ -60,8 +60,9 @@ volatile flush_region *flush_side_region(flush_side *s,
 /* Non-zero if every process that has the database open maps the region
 ** (is in group commit): no process holds SQLite's -shm dead-man switch
 ** that does not hold the side file's (both counted in /proc/locks, which
-** needs no descriptor), as last counted: again only after "-shm" was opened
-** or closed (shm_watch.h). *pCounted: whether this call counted. */
+** needs no descriptor), as last counted: again only after "-shm" or the
+** side file was opened or closed (shm_watch.h W1). *pCounted: whether this
+** call counted. */
 int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted);
 
 /* Unmap and close (a forked child's inherited copy too). */
