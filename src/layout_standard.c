@@ -83,12 +83,6 @@ static int header_whole(const u8 *h){
   return sum[0]==wf_get32(h+24) && sum[1]==wf_get32(h+28);
 }
 
-static int all_zero(const u8 *a, size_t n){
-  size_t i;
-  for(i=0; i<n; i++) if( a[i] ) return 0;
-  return 1;
-}
-
 int wal_standard_holds_nothing(const u8 *a, size_t n){
   if( n<WAL_HDR_BYTES ) return 1;
   if( !header_whole(a) ) return 0;
@@ -143,10 +137,13 @@ static int std_attach(waldio_log *pLog, const log_request *req,
   /* No header: stock SQLite reads an empty WAL. Data after a broken one
   ** (its magic or checksum fails) is damage, never an empty log (T1: waldio
   ** never leaves that), unless every committed frame behind it is in the
-  ** database already (a header torn at a restart). A whole header with
-  ** fields SQLite cannot use is SQLite's to judge. */
-  if( !has && size>=WAL_HDR_BYTES && !all_zero(aHead, got)
-   && (got<WAL_HDR_BYTES || !header_whole(aHead))
+  ** database already (a header torn at a restart). "Data" is a frame 1
+  ** with a page number: without one, no header could make SQLite read a
+  ** frame (wal.c walDecodeFrame), as after a header torn over a log that a
+  ** TRUNCATE checkpoint emptied (the file is 32 bytes). A whole header
+  ** with fields SQLite cannot use is SQLite's to judge. */
+  if( !has && wf_get32(aHead + WAL_HDR_BYTES)!=0
+   && !header_whole(aHead)
    && !log_settled(pLog, WALDIO_LAYOUT_STANDARD, req->pDb, size) ){
     return damaged_error(pLog);
   }

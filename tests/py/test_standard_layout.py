@@ -309,6 +309,40 @@ def test_a_header_torn_at_a_restart_loses_nothing(apsw_sqlite: Any, dbdir: Path)
     assert "damaged" in waldio.last_error()
 
 
+@pytest.mark.parametrize("after", [b"", bytes(4096 - 32)], ids=["emptied", "zeros"])
+def test_a_header_torn_over_a_log_without_frames_opens_empty(
+        apsw_sqlite: Any, dbdir: Path, after: bytes) -> None:
+    """A TRUNCATE checkpoint empties the log; the next commit's header write
+    (32 bytes) is torn by a power loss into any bytes. No frame follows it
+    (the file ends, or holds zeros: frame 1 has no page number), so no header
+    could make SQLite read one: waldio opens the database as stock SQLite
+    does, with every row, and the next commit starts a new generation.
+    (The crash model's fork and ckpt-proc workloads found this state.)"""
+    db = dbdir / "emptied.db"
+    conn = apsw_sqlite.waldio(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(x)")
+    for _ in range(10):
+        conn.execute("INSERT INTO t VALUES(randomblob(300))")
+    assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")[0][0] == 0
+    conn.close()
+    wal = dbdir / "emptied.db-wal"
+    wal.write_bytes(random.Random(2).randbytes(32) + after)
+    stock = shutil.copy(db, dbdir / "stock.db")
+    shutil.copy(wal, dbdir / "stock.db-wal")
+    conn = apsw_sqlite.stock(stock)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 10
+    conn.close()
+    conn = apsw_sqlite.waldio(db)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 10
+    assert conn.execute("PRAGMA integrity_check")[0][0] == "ok"
+    conn.execute("INSERT INTO t VALUES(1)")
+    conn.close()
+    conn = apsw_sqlite.waldio(db)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == 11
+    conn.close()
+
+
 def test_group_commit_without_a_usable_side_file(apsw_sqlite: Any, dbdir: Path) -> None:
     """The flush region's side file cannot be used (here: a directory in its
     place): group commit falls back to every commit flushing itself, and
