@@ -53,7 +53,6 @@ GROUPS: Dict[str, str] = {
                 "then falls into another proved group)",
     "reserve": "counts pages or bytes of a new database (proved: stock with "
                "24 reserved bytes prints the same)",
-    "sync-count": "counts the unix VFS's syncs",
     "poisoned": "uses a connection again after a failed log write or flush "
                 "(wal_log.h L4)",
     "fewer-calls": "a fault loop with fewer rounds: the workload makes fewer "

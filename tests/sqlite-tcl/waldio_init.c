@@ -293,7 +293,39 @@ static int fault_set_system_call(sqlite3_vfs *pVfs, const char *zName,
 /* waldio's io methods for WAL handles, learned at the first WAL open. */
 static const sqlite3_io_methods *pWalMethods;
 
-static int fault_wal_close(sqlite3_file *f){ return pWalMethods->xClose(f); }
+/* os_unix.c's sync counters (tester.tcl's sqlite_sync_count and
+** sqlite_fullsync_count), which wal2-14 reads to check when SQLite asks for
+** syncs. unixSync counts each call it gets (full_fsync), plus the directory's
+** sync at the first successful sync of a file opened with SQLITE_OPEN_CREATE
+** (UNIXFILE_DIRSYNC). A waldio WAL handle gets the same calls and is counted
+** the same way: SQLite's requests, not waldio's system calls (waldio syncs
+** the directory of a new log at its open, and group commit shares flushes). */
+extern int sqlite3_sync_count, sqlite3_fullsync_count;
+
+/* WAL handles opened with SQLITE_OPEN_CREATE and not yet synced. */
+static sqlite3_file *aDirSyncDue[64];
+
+static void dir_sync_due(sqlite3_file *f, int on){
+  int i;
+  for(i=0; i<(int)(sizeof(aDirSyncDue)/sizeof(aDirSyncDue[0])); i++){
+    if( on ? aDirSyncDue[i]==0 : aDirSyncDue[i]==f ){
+      aDirSyncDue[i] = on ? f : 0;
+      return;
+    }
+  }
+}
+static int dir_sync_is_due(sqlite3_file *f){
+  int i;
+  for(i=0; i<(int)(sizeof(aDirSyncDue)/sizeof(aDirSyncDue[0])); i++){
+    if( aDirSyncDue[i]==f ) return 1;
+  }
+  return 0;
+}
+
+static int fault_wal_close(sqlite3_file *f){
+  dir_sync_due(f, 0);
+  return pWalMethods->xClose(f);
+}
 static int fault_wal_read(sqlite3_file *f, void *z, int n, sqlite3_int64 off){
   int rc = pWalMethods->xRead(f, z, n, off);
   if( io_error_now() ) return SQLITE_IOERR_READ;
@@ -310,11 +342,18 @@ static int fault_wal_truncate(sqlite3_file *f, sqlite3_int64 size){
   if( io_error_now() ) return SQLITE_IOERR_TRUNCATE;
   return pWalMethods->xTruncate(f, size);
 }
+
 static int fault_wal_sync(sqlite3_file *f, int flags){
   int rc;
   if( diskfull_now() ) return SQLITE_FULL;
+  if( (flags&0x0F)==SQLITE_SYNC_FULL ) sqlite3_fullsync_count++;
+  sqlite3_sync_count++;
   rc = pWalMethods->xSync(f, flags);
   if( io_error_now() ) return SQLITE_IOERR_FSYNC;
+  if( rc==SQLITE_OK && dir_sync_is_due(f) ){
+    sqlite3_sync_count++;
+    dir_sync_due(f, 0);
+  }
   return rc;
 }
 static int fault_wal_file_size(sqlite3_file *f, sqlite3_int64 *pSize){
@@ -351,7 +390,10 @@ static int fault_open(sqlite3_vfs *pVfs, const char *zName, sqlite3_file *f,
   if( rc==SQLITE_OK && (flags & SQLITE_OPEN_WAL) && f->pMethods
    && f->pMethods->iVersion==1 ){
     if( pWalMethods==0 ) pWalMethods = f->pMethods;
-    if( f->pMethods==pWalMethods ) f->pMethods = &fault_wal_methods;
+    if( f->pMethods==pWalMethods ){
+      f->pMethods = &fault_wal_methods;
+      if( flags & SQLITE_OPEN_CREATE ) dir_sync_due(f, 1);
+    }
   }
   return rc;
 }
