@@ -377,7 +377,7 @@ static int only_waldio_shares(waldio_db_file *p){
   if( !p->nativeShm ) return 1;
   if( !p->pWal ) return 0;
   pLog = p->pWal->pLog;
-  sole = flush_side_sole_users(&pLog->side, pLog->zPath, &counted);
+  sole = flush_side_sole_users(&pLog->side, &counted);
   if( counted ) log_count_group(pLog, LOG_GROUP_SHARER_COUNT);
   return sole;
 }

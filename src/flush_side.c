@@ -125,6 +125,9 @@ static void open_side(flush_side *s, const waldio_syscalls *sys,
   s->fd = fd;
   s->pRegion = (volatile flush_region*)p;
   s->nMap = nMap;
+  s->zShm = sqlite3_mprintf("%.*s-shm", (int)(strlen(zPath) - strlen(SIDE_SUFFIX) - 1),
+                            zPath);
+  s->zSide = sqlite3_mprintf("%s", zPath);
 }
 
 volatile flush_region *flush_side_region(flush_side *s,
@@ -142,14 +145,6 @@ volatile flush_region *flush_side_region(flush_side *s,
   return r;
 }
 
-/* "<db>-shm" and "<db>-waldio" for the log "<db>-wal". */
-static void sharer_paths(const char *zWal, char *zShm, char *zSide, size_t n){
-  size_t len = strlen(zWal);
-  int nDb = (int)(len>4 && strcmp(zWal + len - 4, "-wal")==0 ? len - 4 : len);
-  snprintf(zShm, n, "%.*s-shm", nDb, zWal);
-  side_path(zWal, zSide, n);
-}
-
 /* The count: no holder of -shm's dead-man switch without the side file's. */
 static int count_sole(const char *zShm, const char *zSide){
   int nShm = lock_holders(zShm, SHM_DMS);
@@ -157,19 +152,17 @@ static int count_sole(const char *zShm, const char *zSide){
   return nShm>=0 && nSide>=0 && nShm<=nSide;
 }
 
-int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted){
+int flush_side_sole_users(flush_side *s, int *pCounted){
   struct timespec ts;
   long long now;
-  char zShm[4096], zSide[4096];
   int sole = 0;
   *pCounted = 0;
-  sharer_paths(zWalPath, zShm, zSide, sizeof(zShm));
   clock_gettime(CLOCK_MONOTONIC, &ts);
   now = (long long)ts.tv_sec * 1000000000 + ts.tv_nsec;
   pthread_mutex_lock(&s->mutex);
-  if( s->pRegion ){
-    if( shm_watch_count_due(&s->watch, zShm, zSide, now) ){
-      shm_watch_counted(&s->watch, count_sole(zShm, zSide));
+  if( s->pRegion && s->zShm && s->zSide ){    /* no names (NOMEM): kept */
+    if( shm_watch_count_due(&s->watch, s->zShm, s->zSide, now) ){
+      shm_watch_counted(&s->watch, count_sole(s->zShm, s->zSide));
       *pCounted = 1;
     }
     sole = shm_watch_sole(&s->watch);
@@ -182,6 +175,9 @@ void flush_side_close(flush_side *s, const waldio_syscalls *sys){
   if( s->pRegion ) munmap((void*)s->pRegion, s->nMap);
   if( s->fd>=0 ) sys->xClose(s->fd);
   shm_watch_close(&s->watch);
+  sqlite3_free(s->zShm);
+  sqlite3_free(s->zSide);
+  s->zShm = s->zSide = 0;
   s->pRegion = 0;
   s->fd = -1;
 }

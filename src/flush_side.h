@@ -46,6 +46,8 @@ typedef struct flush_side {
   char zWhy[600];            /* why there is no region, or "" */
   shm_watch watch;           /* flush_side_sole_users: when to count again,
                              ** and what the last count found */
+  char *zShm, *zSide;        /*   the files it counts ("<db>-shm", the side
+                             ** file), set with the region */
 } flush_side;
 
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid);
@@ -63,7 +65,7 @@ volatile flush_region *flush_side_region(flush_side *s,
 ** needs no descriptor), as last counted: again only after "-shm" or the
 ** side file was opened or closed (shm_watch.h W1). *pCounted: whether this
 ** call counted. */
-int flush_side_sole_users(flush_side *s, const char *zWalPath, int *pCounted);
+int flush_side_sole_users(flush_side *s, int *pCounted);
 
 /* Unmap and close (a forked child's inherited copy too). */
 void flush_side_close(flush_side *s, const waldio_syscalls *sys);

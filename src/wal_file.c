@@ -753,8 +753,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     /* Never refused (other processes join, log_group.h); it fails only if
     ** leaving another mode could not flush what that mode owed. */
     rc = log_set_group(p->pLog, db->opts.group, db->opts.group_bytes,
-                       db->opts.group_ms, db->zGroupFrom ? db->zGroupFrom
-                                          : GROUP_WHY_VFS);
+                       db->opts.group_ms, db->zGroupFrom);
   }
   if( rc ){
     log_release(&v->registry, p->pLog, LOG_CLOSE_DIRTY);
