@@ -261,6 +261,22 @@ static int dbFileSize(sqlite3_file *f, sqlite3_int64 *pSize){
   t_lastDb = D(f);
   return ORIGFILE(f)->pMethods->xFileSize(ORIGFILE(f), pSize);
 }
+/* For a refused close's wait (L8): 1 in a slotted layout; in the standard
+** layout, 1 if no stock process has the database open (stock_guard.h,
+** counted a few times per refused close only): one that stays would hold
+** no ACTIVE and make every such close wait its whole bound. */
+static int no_stock_process(waldio_db_file *p){
+  char *zShm;
+  int shares;
+  if( !p->nativeShm ) return 1;
+  if( !p->zWalPath ) return 0;
+  zShm = sqlite3_mprintf("%.*s-shm", (int)strlen(p->zWalPath) - 4, p->zWalPath);
+  if( !zShm ) return 0;
+  shares = stock_sqlite_shares(zShm, p->zWalPath);
+  sqlite3_free(zShm);
+  return shares==0;
+}
+
 static int try_exclusive(void *f){
   return ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), SQLITE_LOCK_EXCLUSIVE);
 }
@@ -269,12 +285,13 @@ static int dbLock(sqlite3_file *f, int level){
   t_lastDb = D(f);
   rc = ORIGFILE(f)->pMethods->xLock(ORIGFILE(f), level);
   /* Refused, a close (or a journal-mode switch) of a connection with the
-  ** log open waits for the closes of other processes (wal_log.h L8). Not in
-  ** the standard layout: a stock process (Litestream holds one for good)
-  ** would make every close wait, and a log left with its frames there is
-  ** SQLite's own, which stock SQLite and the next opener recover as ever. */
+  ** log open waits for the closes of other processes (wal_log.h L8). In the
+  ** standard layout only while no stock process has the database open (a
+  ** stock process holds no ACTIVE: one that stays, Litestream's for one,
+  ** would make every close wait its bound); else a log left with its frames
+  ** is SQLite's own, which stock SQLite and the next opener recover. */
   if( rc==SQLITE_BUSY && level==SQLITE_LOCK_EXCLUSIVE && D(f)->pWal
-   && !D(f)->nativeShm ){
+   && no_stock_process(D(f)) ){
     rc = log_last_close_lock(&D(f)->pVfs->registry, D(f)->pWal->pLog,
                              try_exclusive, f);
   }
@@ -479,6 +496,14 @@ static int dbFileControl(sqlite3_file *f, int op, void *pArg){
       if( p->pWal && p->pWal->commitSeq && !log_inherited(p->pWal->pLog) ){
         return wait_for_commit(p, p->pWal);
       }
+      break;
+    case SQLITE_FCNTL_HAS_MOVED:
+      /* SQLite asks this as a connection closes (pager.c sqlite3PagerClose),
+      ** right before sqlite3WalClose tries the exclusive lock for the last
+      ** close's checkpoint: the log's close work begins here, not inside
+      ** that window (wal_log.h log_close_begins; the graceful stop,
+      ** docs/durability.md). */
+      if( p->pWal ) log_close_begins(&p->pVfs->registry, p->pWal->pLog);
       break;
     case SQLITE_FCNTL_CKPT_START:
       /* A checkpoint must never copy a frame that is not in the log yet.

@@ -20,7 +20,6 @@
 #define SIDE_LOCK_DMS    (1 << 20)
 #define SIDE_DMS_WAIT_MS 5000     /* the first opener zeroes 4 KiB, no more */
 #define SIDE_SUFFIX      "waldio"
-#define SHM_DMS          128      /* os_unix.c UNIX_SHM_DMS, SQLite's -shm */
 
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid){
   memset(s, 0, sizeof(*s));
@@ -147,7 +146,7 @@ volatile flush_region *flush_side_region(flush_side *s,
 
 /* The count: no holder of -shm's dead-man switch without the side file's. */
 static int count_sole(const char *zShm, const char *zSide){
-  int nShm = lock_holders(zShm, SHM_DMS);
+  int nShm = lock_holders(zShm, STOCK_SHM_DMS);
   int nSide = lock_holders(zSide, log_lock_offset(SIDE_LOCK_DMS));
   return nShm>=0 && nSide>=0 && nShm<=nSide;
 }

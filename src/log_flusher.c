@@ -23,6 +23,7 @@
 #include <time.h>
 
 struct log_flusher {
+  waldio_log *pLog;
   pthread_t thread;
   pthread_cond_t cond;
   i64 deadlineNs;          /* 0: not armed */
@@ -42,17 +43,20 @@ static i64 earlier(i64 a, i64 b){
 }
 
 /* The earliest deadline, 0 if none is set. Mutex held. */
-static i64 next_deadline(const waldio_log *pLog){
-  return earlier(earlier(pLog->pFlusher->deadlineNs, pLog->group.deadlineNs),
+static i64 next_deadline(const log_flusher *f){
+  const waldio_log *pLog = f->pLog;
+  return earlier(earlier(f->deadlineNs, pLog->group.deadlineNs),
                  pLog->group.knockNs);
 }
 
+/* The thread's own log_flusher (f), not pLog->pFlusher, which flusher_stop
+** clears before it joins (a restart may set another meanwhile). */
 static void *flusher_main(void *pArg){
-  waldio_log *pLog = pArg;
-  log_flusher *f = pLog->pFlusher;
+  log_flusher *f = pArg;
+  waldio_log *pLog = f->pLog;
   pthread_mutex_lock(&pLog->mutex);
   while( !f->stop ){
-    i64 t = now_ns(), next = next_deadline(pLog);
+    i64 t = now_ns(), next = next_deadline(f);
     if( next==0 ){
       pthread_cond_wait(&f->cond, &pLog->mutex);
     }else if( t<next ){
@@ -80,12 +84,12 @@ static void *flusher_main(void *pArg){
 ** pick this one for a process-directed signal such as SIGTERM, and a
 ** handler that must interrupt the main thread's blocking call (Python's run
 ** only there) waits for the main thread to wake up by itself. */
-static int start_without_signals(pthread_t *pThread, waldio_log *pLog){
+static int start_without_signals(log_flusher *f){
   sigset_t all, old;
   int rc;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  rc = pthread_create(pThread, 0, flusher_main, pLog);
+  rc = pthread_create(&f->thread, 0, flusher_main, f);
   pthread_sigmask(SIG_SETMASK, &old, 0);
   return rc;
 }
@@ -98,8 +102,9 @@ static log_flusher *flusher_start(waldio_log *pLog){
   pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
   pthread_cond_init(&f->cond, &attr);
   pthread_condattr_destroy(&attr);
+  f->pLog = pLog;
   pLog->pFlusher = f;
-  if( start_without_signals(&f->thread, pLog) ){
+  if( start_without_signals(f) ){
     pthread_cond_destroy(&f->cond);
     free(f);
     pLog->pFlusher = 0;
@@ -131,6 +136,7 @@ void flusher_stop(waldio_log *pLog){
   log_flusher *f;
   pthread_mutex_lock(&pLog->mutex);
   f = pLog->pFlusher;
+  pLog->pFlusher = 0;                 /* the next arm or wake starts anew */
   if( f ){
     f->stop = 1;
     pthread_cond_signal(&f->cond);
@@ -140,5 +146,4 @@ void flusher_stop(waldio_log *pLog){
   pthread_join(f->thread, 0);
   pthread_cond_destroy(&f->cond);
   free(f);
-  pLog->pFlusher = 0;
 }

@@ -13,7 +13,8 @@
 ** for another process knocking (log_group.h G5).
 **
 ** One thread per log, started by the first event that needs it and joined
-** when the log closes. It never runs SQLite code; a failed write or flush
+** when the log closes (or as the close of its last connection here begins,
+** log_close_begins). It never runs SQLite code; a failed write or flush
 ** poisons the log (wal_log.h, L4) and is reported to the next write or sync.
 */
 #ifndef WALDIO_LOG_FLUSHER_H
@@ -28,7 +29,8 @@ void flusher_arm(waldio_log *pLog);
 ** Call with pLog->mutex held. */
 void flusher_wake(waldio_log *pLog);
 
-/* Stop and join the thread (mutex NOT held). */
+/* Stop and join the thread (mutex NOT held). A later arm or wake starts
+** another. */
 void flusher_stop(waldio_log *pLog);
 
 #endif

@@ -482,6 +482,16 @@ static int close_clean(waldio_log *pLog, i64 idleKeep){
   return rc;
 }
 
+void log_close_begins(log_registry *r, waldio_log *pLog){
+  int last;
+  if( log_inherited(pLog) ) return;
+  pthread_mutex_lock(&r->mutex);
+  last = pLog->nRef==1;
+  pthread_mutex_unlock(&r->mutex);
+  if( last ) flusher_stop(pLog);
+  if( group_write_all(pLog)==SQLITE_OK ) log_sync_bound(pLog);
+}
+
 int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep){
   waldio_log **pp;
   int rc = SQLITE_OK;

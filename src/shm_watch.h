@@ -40,6 +40,8 @@
 
 typedef struct shm_watch {
   int fd;                    /* inotify instance, or -1 (W2) */
+  int wd[2];                 /* its watches of -shm and the side file */
+  int pid;                   /* the process that made or took fd */
   int started;               /* a watch was attempted */
   long long openNs;          /* an open last noticed, or the watch began or
                              ** was lost (W1, W2) */
@@ -61,6 +63,9 @@ void shm_watch_counted(shm_watch *w, int sole);
 ** W2). */
 int shm_watch_sole(const shm_watch *w);
 
+/* End the watch: its instance is parked for this process's next watch, or
+** closed (shm_watch.c: never a close that waits while SQLite holds its
+** lock on the database, where it can be helped). */
 void shm_watch_close(shm_watch *w);
 
 #endif

@@ -3,6 +3,7 @@
 */
 #include "stock_guard.h"
 #include "errors.h"
+#include "log_lock.h"
 #include "sqlite_api.h"
 
 #include <stdio.h>
@@ -10,8 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
-#define STOCK_SHM_DMS 128   /* (22 + SQLITE_SHM_NLOCK) * 4 + SQLITE_SHM_NLOCK */
 
 /* One line of /proc/locks, e.g.
 **   "3: POSIX  ADVISORY  READ 4242 fe:00:1573010 128 128"
@@ -52,6 +53,27 @@ int lock_holders(const char *zPath, long long off){
 
 int stock_sqlite_active(const char *zShmPath){
   return lock_holders(zShmPath, STOCK_SHM_DMS)>0;
+}
+
+/* A waldio process takes the log's USE lock before SQLite maps -shm, and
+** lets it go after SQLite unmapped it, except when it exits without closing
+** its connections: the kernel then closes its descriptors in order, the
+** log's (opened first) before -shm's, and for that moment the process looks
+** like a stock one. So a count that finds more -shm holders is taken again,
+** up to SHARE_COUNTS times SHARE_COUNT_MS apart: a stock process stays. */
+#define SHARE_COUNTS   3
+#define SHARE_COUNT_MS 2
+
+int stock_sqlite_shares(const char *zShmPath, const char *zWalPath){
+  int i, nShm = 0, nUse = 0;
+  for(i=0; i<SHARE_COUNTS; i++){
+    if( i ) usleep(SHARE_COUNT_MS * 1000);
+    nShm = lock_holders(zShmPath, STOCK_SHM_DMS);
+    nUse = lock_holders(zWalPath, log_lock_offset(LOG_LOCK_USE));
+    if( nShm<0 || nUse<0 ) return -1;
+    if( nShm<=nUse ) return 0;
+  }
+  return 1;
 }
 
 int waldio_stock_refusal(const char *zShmPath){

@@ -58,8 +58,11 @@
 **       refused closer (LOG_LOCK_CLOSER) retries for a bounded time instead
 **       of holding its own lock through a close that refuses the next one.
 **       A connection that goes on after a refusal takes ACTIVE again.
-**       Slotted layouts only (db_file.c): in the standard layout stock
-**       processes, which hold no ACTIVE, share the database.
+**       In the standard layout only while no stock process, which holds no
+**       ACTIVE, has the database open (db_file.c, stock_guard.h). The work
+**       of a log's close that can take long (its flusher's join, a flush)
+**       is done as the close begins, before SQLite asks for the lock
+**       (log_close_begins).
 */
 #ifndef WALDIO_WAL_LOG_H
 #define WALDIO_WAL_LOG_H
@@ -217,6 +220,14 @@ int log_acquire(log_registry *r, const waldio_syscalls *sys, const char *zPath,
 ** LOG_CLOSE_DIRTY: anything else; the log stays as it is. */
 #define LOG_CLOSE_DIRTY (-1)
 int log_release(log_registry *r, waldio_log *pLog, i64 idleKeep);
+/* A connection's close begins (db_file.c): what log_release does first --
+** stop the flusher thread if this is the log's last reference here, write
+** what is buffered, flush what a close owes -- done before SQLite tries the
+** database lock for its last-close checkpoint, so that none of it lengthens
+** the time this process holds its shared lock while processes stopped
+** together try theirs. Early, never instead: log_release does again what is
+** still owed then, and reports what fails. */
+void log_close_begins(log_registry *r, waldio_log *pLog);
 
 /* L8: SQLite's close of a connection asked for the database exclusively
 ** (xTry(pArg), an SQLite result code) and was refused. If it is this

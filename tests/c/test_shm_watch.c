@@ -9,7 +9,11 @@
 **     after the last; a close does so only to a count that found a process
 **     without waldio (a close cannot add one);
 **   - the file deleted (its watch removed): counts every POLL;
-**   - -shm missing: counts every POLL from the start.
+**   - -shm missing: counts every POLL from the start;
+**   - an ended watch's inotify instance is parked and taken by the next
+**     watch of the process, with nothing left in its queue; a forked child
+**     never takes its parent's (the two would read one queue: here the
+**     child would read the event the parent's watch is owed).
 */
 #include "check.h"
 #include "shm_watch.h"
@@ -17,6 +21,7 @@
 
 #include <fcntl.h>
 #include <stdio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define MS 1000000LL
@@ -102,6 +107,64 @@ static void missing_file(const char *zShm, const char *zSide){
   shm_watch_close(&w);
 }
 
+/* A watch past its settle, with a count that found only waldio. */
+static void settled(shm_watch *w, const char *zShm, const char *zSide,
+                    long long t){
+  shm_watch_init(w);
+  CHECK_EQ(shm_watch_count_due(w, zShm, zSide, t), 0);
+  CHECK(w->fd>=0);
+  count(w, zShm, zSide, t + 10*MS, 1);
+}
+
+static void parked_instances(const char *zShm, const char *zSide){
+  shm_watch a, b, c;
+  long long t = 3000 * MS;
+  int fdA, dummy, toChild[2], toParent[2], st = 0;
+  char x;
+  pid_t pid;
+  close(open(zShm, O_RDWR|O_CREAT, 0644));       /* watched_files deleted it */
+  settled(&a, zShm, zSide, t);
+  fdA = a.fd;
+  touch_open_close(zShm);           /* queued, never read by a */
+  shm_watch_close(&a);
+  CHECK_EQ(a.fd, -1);
+  dummy = open(zSide, O_RDONLY);    /* takes fdA's number had a closed it */
+  CHECK(dummy>=0 && dummy!=fdA);
+  settled(&b, zShm, zSide, t);
+  CHECK_EQ(b.fd, fdA);              /* parked, taken again */
+  close(dummy);
+  CHECK_EQ(shm_watch_count_due(&b, zShm, zSide, t + 500*MS), 0);
+  CHECK_EQ(shm_watch_sole(&b), 1);  /* a's event is gone */
+  touch_open_close(zShm);
+  CHECK_EQ(shm_watch_count_due(&b, zShm, zSide, t + 520*MS), 0);
+  CHECK_EQ(shm_watch_sole(&b), 0);  /* b's own is seen */
+  shm_watch_close(&b);              /* parked: the parent's */
+
+  CHECK_EQ(pipe(toChild), 0);
+  CHECK_EQ(pipe(toParent), 0);
+  pid = fork();
+  if( pid==0 ){
+    settled(&c, zShm, zSide, t);
+    if( write(toParent[1], "s", 1)!=1 ) _exit(2);
+    if( read(toChild[0], &x, 1)!=1 ) _exit(2);
+    shm_watch_count_due(&c, zShm, zSide, t + 500*MS);   /* reads its queue */
+    if( write(toParent[1], "r", 1)!=1 ) _exit(2);
+    _exit(0);
+  }
+  CHECK(pid>0);
+  CHECK_EQ(read(toParent[0], &x, 1), 1);                /* the child watches */
+  settled(&c, zShm, zSide, t);                          /* takes the parked one */
+  touch_open_close(zShm);
+  CHECK_EQ(write(toChild[1], "g", 1), 1);
+  CHECK_EQ(read(toParent[0], &x, 1), 1);                /* the child has read */
+  CHECK_EQ(shm_watch_count_due(&c, zShm, zSide, t + 500*MS), 0);
+  CHECK_EQ(shm_watch_sole(&c), 0);                      /* the open is ours */
+  CHECK_EQ(waitpid(pid, &st, 0), pid);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st)==0);
+  shm_watch_close(&c);
+  close(toChild[0]); close(toChild[1]); close(toParent[0]); close(toParent[1]);
+}
+
 int main(void){
   char zDir[300], zShm[400], zSide[400], zMissing[400];
   test_dir(zDir, sizeof(zDir), "shmwatch");
@@ -110,6 +173,8 @@ int main(void){
   snprintf(zMissing, sizeof(zMissing), "%s/none.db-shm", zDir);
   watched_files(zShm, zSide);
   missing_file(zMissing, zSide);
+  parked_instances(zShm, zSide);
+  unlink(zShm);
   unlink(zSide);
   rmdir(zDir);
   return CHECK_DONE();
