@@ -55,6 +55,7 @@
 #include "stock_guard.h"
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -266,15 +267,14 @@ static int dbFileSize(sqlite3_file *f, sqlite3_int64 *pSize){
 ** counted a few times per refused close only): one that stays would hold
 ** no ACTIVE and make every such close wait its whole bound. */
 static int no_stock_process(waldio_db_file *p){
-  char *zShm;
-  int shares;
+  char zShm[PATH_MAX];            /* no SQLite allocation on a close's path */
+  int n;
   if( !p->nativeShm ) return 1;
   if( !p->zWalPath ) return 0;
-  zShm = sqlite3_mprintf("%.*s-shm", (int)strlen(p->zWalPath) - 4, p->zWalPath);
-  if( !zShm ) return 0;
-  shares = stock_sqlite_shares(zShm, p->zWalPath);
-  sqlite3_free(zShm);
-  return shares==0;
+  n = snprintf(zShm, sizeof(zShm), "%.*s-shm", (int)strlen(p->zWalPath) - 4,
+               p->zWalPath);
+  if( n<0 || n>=(int)sizeof(zShm) ) return 0;
+  return stock_sqlite_shares(zShm, p->zWalPath)==0;
 }
 
 static int try_exclusive(void *f){
