@@ -610,7 +610,7 @@ class WebappBench:
             item("after the graceful stop: the log holds no frames, no in-use guard, at most "
                  "the idle bound (bytes)", [False, False, bound],
                  [log.get("holds_frames"), log.get("in_use_guard"),
-                  min(log.get("wal_bytes", 0), bound or 0)])
+                  max(log.get("wal_bytes", 0), bound or 0)])   # larger: shown
         posts, visits = acked.posts, acked.visits
         c = opener.open(db)
         try:
