@@ -269,6 +269,34 @@ def test_a_damaged_header_is_refused_and_recovered(apsw_sqlite: Any, dbdir: Path
     conn.close()
 
 
+def wal_table(sq: Any, db: Path, rows: int, size: int) -> Any:
+    """A waldio connection to a new WAL database whose table t holds `rows`
+    random blobs of `size` bytes, each its own commit."""
+    conn = sq.waldio(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("CREATE TABLE t(x)")
+    for _ in range(rows):
+        conn.execute("INSERT INTO t VALUES(randomblob(?))", (size,))
+    return conn
+
+
+def opens_whole_and_goes_on(sq: Any, db: Path, rows: int) -> None:
+    """Stock SQLite reads the copy `stock.db` beside db with every row;
+    waldio opens db with every row, intact, and its next commit (a new
+    generation) is there after a reopen."""
+    stock = sq.stock(db.parent / "stock.db")
+    assert stock.execute("SELECT count(*) FROM t")[0][0] == rows
+    stock.close()
+    conn = sq.waldio(db)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == rows
+    assert conn.execute("PRAGMA integrity_check")[0][0] == "ok"
+    conn.execute("INSERT INTO t VALUES(1)")          # a new generation begins
+    conn.close()
+    conn = sq.waldio(db)
+    assert conn.execute("SELECT count(*) FROM t")[0][0] == rows + 1
+    conn.close()
+
+
 def test_a_header_torn_at_a_restart_loses_nothing(apsw_sqlite: Any, dbdir: Path) -> None:
     """SQLite writes a new generation's header only over a log a checkpoint
     copied whole into the database. A power loss during that write may leave
@@ -276,11 +304,7 @@ def test_a_header_torn_at_a_restart_loses_nothing(apsw_sqlite: Any, dbdir: Path)
     opens the database as stock SQLite does, with every row. One frame the
     database does not hold makes it the damage of the test above."""
     db = dbdir / "torn.db"
-    conn = apsw_sqlite.waldio(db)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE t(x)")
-    for _ in range(20):
-        conn.execute("INSERT INTO t VALUES(randomblob(3000))")
+    conn = wal_table(apsw_sqlite, db, 20, 3000)
     assert conn.execute("PRAGMA wal_checkpoint(PASSIVE)")[0][0] == 0
     raw = bytearray((dbdir / "torn.db-wal").read_bytes())
     conn.close()
@@ -288,17 +312,7 @@ def test_a_header_torn_at_a_restart_loses_nothing(apsw_sqlite: Any, dbdir: Path)
     for name in ("stock.db", "waldio.db", "newer.db"):
         shutil.copy(db, dbdir / name)
         (dbdir / (name + "-wal")).write_bytes(bytes(raw))
-    stock = apsw_sqlite.stock(dbdir / "stock.db")
-    assert stock.execute("SELECT count(*) FROM t")[0][0] == 20
-    stock.close()
-    conn = apsw_sqlite.waldio(dbdir / "waldio.db")
-    assert conn.execute("SELECT count(*) FROM t")[0][0] == 20
-    assert conn.execute("PRAGMA integrity_check")[0][0] == "ok"
-    conn.execute("INSERT INTO t VALUES(1)")          # a new generation begins
-    conn.close()
-    conn = apsw_sqlite.waldio(dbdir / "waldio.db")
-    assert conn.execute("SELECT count(*) FROM t")[0][0] == 21
-    conn.close()
+    opens_whole_and_goes_on(apsw_sqlite, dbdir / "waldio.db", 20)
     # The database's last page differs from its newest copy in the log.
     page = 4096
     with open(dbdir / "newer.db", "r+b") as f:
@@ -319,28 +333,14 @@ def test_a_header_torn_over_a_log_without_frames_opens_empty(
     does, with every row, and the next commit starts a new generation.
     (The crash model's fork and ckpt-proc workloads found this state.)"""
     db = dbdir / "emptied.db"
-    conn = apsw_sqlite.waldio(db)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("CREATE TABLE t(x)")
-    for _ in range(10):
-        conn.execute("INSERT INTO t VALUES(randomblob(300))")
+    conn = wal_table(apsw_sqlite, db, 10, 300)
     assert conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")[0][0] == 0
     conn.close()
     wal = dbdir / "emptied.db-wal"
     wal.write_bytes(random.Random(2).randbytes(32) + after)
-    stock = shutil.copy(db, dbdir / "stock.db")
+    shutil.copy(db, dbdir / "stock.db")
     shutil.copy(wal, dbdir / "stock.db-wal")
-    conn = apsw_sqlite.stock(stock)
-    assert conn.execute("SELECT count(*) FROM t")[0][0] == 10
-    conn.close()
-    conn = apsw_sqlite.waldio(db)
-    assert conn.execute("SELECT count(*) FROM t")[0][0] == 10
-    assert conn.execute("PRAGMA integrity_check")[0][0] == "ok"
-    conn.execute("INSERT INTO t VALUES(1)")
-    conn.close()
-    conn = apsw_sqlite.waldio(db)
-    assert conn.execute("SELECT count(*) FROM t")[0][0] == 11
-    conn.close()
+    opens_whole_and_goes_on(apsw_sqlite, db, 10)
 
 
 def test_group_commit_without_a_usable_side_file(apsw_sqlite: Any, dbdir: Path) -> None:
