@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "python"))
 from bench_dirs import in_tmp, rundir  # noqa: E402,F401 (fixtures)
 from waldio import bench as B  # noqa: E402
 from waldio import cli  # noqa: E402
+from waldio import logformat  # noqa: E402
 from waldio.bench import results  # noqa: E402
 from waldio.bench import webapp as W  # noqa: E402
 from waldio.bench.runner import process_env  # noqa: E402
@@ -118,6 +119,38 @@ def test_the_lost_write_check_fails_on_a_missing_acknowledged_write(rundir: str)
         "acknowledged post ids present (no lost insert)": (2, 1),
         "users whose visits are below the largest acknowledged count (lost updates)": (0, 1)}
     assert rep["ok"] is False
+
+
+def test_the_stop_check_holds_the_standard_layout_to_the_last_close_promise(
+        rundir: str) -> None:
+    """A graceful stop in the standard layout is held to what the slotted layouts
+    are (wal_log.h L8, no stock process here): a log in SQLite's format that still
+    holds frames, or is longer than the idle bound, fails the cell."""
+    base = B.resolve_settings(None, {"repetitions": 1, "warmup": 0})
+    ws = W.WebappSettings(base=base, processes=[1], mixes=["write"], users=10)
+    spec = B.parse_modes("waldio-full", layout="standard")[0]
+    bench = W.WebappBench(ws, [spec], process_env())
+    bench.root = rundir
+    db = str(Path(rundir) / "app.db")
+    shutil.copyfile(bench._template(0), db)
+    no_errors = {"connect": 0, "read": 0, "write": 0, "status": 0, "timeout": 0}
+    run = {"errors": no_errors, "kinds": {"failed": 0}}
+    name = ("after the graceful stop: the log holds no frames, no in-use guard, at "
+            "most the idle bound (bytes)")
+    bound = 256 << 10
+    for holds, size, ok in ((False, bound, True), (True, bound, False),
+                            (False, 4352 << 10, False)):
+        log = {"wal_exists": True, "wal_bytes": size, "waldio": False,
+               "wal_header": logformat.STANDARD_HEADER_KIND, "holds_frames": holds,
+               "in_use_guard": False}
+        rep: Dict[str, Any] = {"workers": [{"waldio": {"idle_log_bytes": bound}}],
+                               "warm_wrk": run, "wrk": run,
+                               "stop": {"exit_status": 0, "log": log}}
+        from waldio.bench.sqlite_env import Opener
+        bench._check(rep, spec, Opener(spec, base, bench.env), db, W.Acked(),
+                     {"params": {}}, True)
+        (item,) = [i for i in rep["checks"]["items"] if i["name"] == name]
+        assert item["ok"] is ok, (holds, size, item)
 
 
 def test_options_that_do_not_apply_are_refused(capsys: pytest.CaptureFixture[str]) -> None:

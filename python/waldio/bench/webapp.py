@@ -601,12 +601,12 @@ class WebappBench:
         bound = (rep["workers"][0].get("waldio") or {}).get("idle_log_bytes") \
             if rep["workers"] else None
         if m.kind == "waldio" and spec.layout == "standard":
-            # SQLite's own closes (db_file.c dbLock): what a stop leaves is what stock
-            # SQLite's would, a log any opener recovers (the checks below read it).
             item("after the graceful stop: no log, or one in SQLite's own format "
                  "(standard layout)", True,
                  not log["wal_exists"] or log.get("wal_header") == logformat.STANDARD_HEADER_KIND)
-        elif m.kind == "waldio":
+        if m.kind == "waldio":
+            # L8 holds in every layout while no stock process shares the database,
+            # and none does here.
             item("after the graceful stop: the log holds no frames, no in-use guard, at most "
                  "the idle bound (bytes)", [False, False, bound],
                  [log.get("holds_frames"), log.get("in_use_guard"),
