@@ -318,11 +318,14 @@ static int dbSectorSize(sqlite3_file *f){
 static int dbDeviceCharacteristics(sqlite3_file *f){
   int dc = ORIGFILE(f)->pMethods->xDeviceCharacteristics(ORIGFILE(f));
   dc &= ~SQLITE_IOCAP_SEQUENTIAL;
-  /* The standard layout keeps SQLite's offsets: where the device is not
-  ** power-safe (psow=0), SQLite pads each synced commit to the sector as it
-  ** does without waldio, so a commit never shares a sector with a synced
-  ** one (layout_standard.c T2 then rewrites only unsynced padding). */
-  return D(f)->nativeShm ? dc : (dc | SQLITE_IOCAP_POWERSAFE_OVERWRITE);
+  /* A slotted layout writes every frame in whole blocks: power-safe. The
+  ** standard layout keeps SQLite's offsets and reports the device as it
+  ** is, from the pager's first question on: where it is not power-safe
+  ** (psow=0), the pager journals whole sectors (pager.c
+  ** pagerWriteLargeSector) and SQLite pads each synced commit to the
+  ** sector, as without waldio, so a commit never shares a sector with a
+  ** synced one (layout_standard.c T2 then rewrites only unsynced padding). */
+  return D(f)->slotted ? (dc | SQLITE_IOCAP_POWERSAFE_OVERWRITE) : dc;
 }
 
 /* PRAGMA synchronous values as sqlite3GetSafetyLevel reads them. */
@@ -838,7 +841,7 @@ static int wants_slotted(waldio_db_file *p){
 static int refuse_if_stock(waldio_db_file *p){
   char *zShm;
   int rc = SQLITE_OK;
-  if( !p->zName || !wants_slotted(p) ) return SQLITE_OK;
+  if( !p->slotted ) return SQLITE_OK;
   zShm = sqlite3_mprintf("%s-shm", p->zName);
   if( !zShm ){
     rc = SQLITE_NOMEM;
@@ -876,7 +879,10 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
     rc = waldio_error(SQLITE_CANTOPEN, "%s: the VFS below waldio has no"
                       " shared-memory methods", zName ? zName : "");
   }
-  if( rc==SQLITE_OK ) rc = refuse_if_stock(p);
+  if( rc==SQLITE_OK ){
+    p->slotted = p->zName && wants_slotted(p);
+    rc = refuse_if_stock(p);
+  }
   if( rc ){
     sqlite3_free(p->zWalPath);
     p->zWalPath = 0;

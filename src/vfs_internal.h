@@ -69,6 +69,13 @@ typedef struct waldio_db_file {
                              ** "<db>-shm" (wal_layout.h LAYOUT_NATIVE_SHM):
                              ** set at each WAL open, before SQLite maps
                              ** the wal-index */
+  int slotted;               /* the WAL is in a slotted layout of waldio's
+                             ** own: set at each WAL open; before the
+                             ** first, what the database's open expects
+                             ** (one asked for by name, or such a log
+                             ** beside the database) -- SQLite's pager
+                             ** asks for the device's characteristics at
+                             ** its open, before any WAL (db_file.c) */
   const char *zStockIo;      /* the WAL is the lower VFS's own, as stock
                              ** SQLite's, because of this (no direct I/O on
                              ** the file system, wal_file.c); NULL */

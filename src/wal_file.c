@@ -714,6 +714,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   rc = SQLITE_OK;
   if( waldio_db_passthrough(db, &rc) ){
     /* Opaque to waldio: the lower VFS's own WAL, on SQLite's file object. */
+    db->slotted = 0;
     return v->pLower->xOpen(v->pLower, zName, (sqlite3_file*)p, flags, pOutFlags);
   }
   if( rc ) return rc;
@@ -738,6 +739,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
     ** nothing to gain, and on FUSE (LiteFS) much to break. The lower VFS's
     ** own WAL, exactly stock SQLite's I/O, with SQLite's own wal-index. */
     db->nativeShm = 1;
+    db->slotted = 0;
     waldio_warning("%s: %s; its WAL is written as stock SQLite writes it",
                    db->zName, db->zStockIo);
     return v->pLower->xOpen(v->pLower, zName, (sqlite3_file*)p, flags, pOutFlags);
@@ -762,6 +764,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   p->pDb = db;
   db->pWal = p;
   db->nativeShm = (p->pLog->pLayout->flags & LAYOUT_NATIVE_SHM)!=0;
+  db->slotted = !db->nativeShm;
   p->base.pMethods = &wal_io_methods;
   if( pOutFlags ){
     *pOutFlags = flags;

@@ -238,6 +238,41 @@ def test_stock_processes_share_the_database_while_waldio_commits(dbdir: Path,
     assert not (dbdir / "shared.db-wal").exists()
 
 
+def test_a_device_that_is_not_powersafe_is_reported_from_the_first_question(
+        apsw_sqlite: Any, dbdir: Path) -> None:
+    """With psow=0 the standard layout reports the device as it is from the
+    pager's open on, before any WAL: the pager then writes a changed page's
+    whole 4096-byte sector into the log, as on stock (pager.c
+    pagerWriteLargeSector). Before, waldio answered power-safe until its WAL
+    opened, and the log held the changed page alone (found by walfault2-1)."""
+    def pages_of_one_insert(db: Path, conn: Any) -> List[int]:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("INSERT INTO t VALUES(NULL, 'last')")
+        return [pg for pg, _ in committed_frames(Path(f"{db}-wal"))[1]]
+
+    def fill(conn: Any) -> None:
+        conn.execute("PRAGMA page_size=1024")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT)")
+        conn.execute("BEGIN")
+        for i in range(300):
+            conn.execute("INSERT INTO t VALUES(?, ?)", (i, "x" * 80))
+        conn.execute("COMMIT")
+
+    seen = {}
+    for who in ("stock", "waldio"):
+        db = dbdir / f"{who}.db"
+        path = "file:%s?psow=0" % db
+        conn = (apsw_sqlite.driver.connect(path, vfs="unix") if who == "stock"
+                else apsw_sqlite.driver.connect(path + "&waldio_layout=standard",
+                                                vfs="waldio"))
+        fill(conn)
+        seen[who] = pages_of_one_insert(db, conn)
+        conn.close()
+    assert len(set(seen["stock"])) > 1, seen     # the changed page's sector-mates
+    assert seen["waldio"] == seen["stock"]       # and the same padding
+
+
 def test_a_damaged_header_is_refused_and_recovered(apsw_sqlite: Any, dbdir: Path) -> None:
     """Frames of committed transactions behind a header another program
     damaged: stock SQLite would ignore them all; waldio refuses to open,
