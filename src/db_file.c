@@ -869,6 +869,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   if( rc ) return rc;
   p->zGroupFrom = sqlite3_uri_parameter(zName, "waldio_group") ? GROUP_WHY_URI
       : v->opts.group!=WALDIO_GROUP_OFF ? GROUP_WHY_VFS : 0;
+  p->flushAlone = sqlite3_uri_boolean(zName, "waldio_flush_alone", 1);
   if( zName ){
     p->zWalPath = sqlite3_mprintf("%s-wal", zName);
     if( !p->zWalPath ) return SQLITE_NOMEM;

@@ -88,6 +88,11 @@ u64 flush_region_ticket(volatile flush_region *r){
 
 u64 flush_region_written(volatile flush_region *r){ return load64(&r->written); }
 
+int flush_region_idle(volatile flush_region *r){
+  return !load32(&r->waiters) && !load32(&r->lockWaiters)
+      && load64(&r->durable)>=load64(&r->written);
+}
+
 
 /* Raise *p to at least v (never lower it: flushes finish in any order).
 ** Returns the value it had. */

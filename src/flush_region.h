@@ -148,6 +148,11 @@ void flush_region_await_checkpoint(volatile flush_region *r, int ms);
 ** counts as durable if every ticket before it is. */
 void flush_region_self_durable(volatile flush_region *r, u64 ticket);
 
+/* No commit is near: no connection waits for SQLite's WAL write lock (in
+** flush_region_lock_write) or for a flush, and every ticket handed out is
+** durable. Advice, read without a lock (wal_file.c commit_shared). */
+int flush_region_idle(volatile flush_region *r);
+
 /* The last ticket handed out (what a reader's snapshot may contain). */
 u64 flush_region_written(volatile flush_region *r);
 

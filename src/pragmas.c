@@ -93,7 +93,7 @@ static char *status_json(waldio_db_file *p){
       "\"sync\":\"%s\",\"sync_setting\":\"%s\",\"io_setting\":\"%s\","
       "\"layout_setting\":\"%s\",\"prealloc_setting\":%lld,"
       "\"cache_setting\":%lld,\"flush_ms\":%d,\"group\":\"%s\","
-      "\"group_scope\":\"%s\",\"group_reason\":%s,"
+      "\"group_scope\":\"%s\",\"group_reason\":%s,\"flush_alone\":%s,"
       "\"group_bytes\":%lld,\"group_ms\":%d,\"idle_log_bytes\":%lld,"
       "\"wal_open\":%s,\"passthrough\":%s",
       WALDIO_VERSION, zVfs, effective_sync(p),
@@ -102,7 +102,7 @@ static char *status_json(waldio_db_file *p){
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
       waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
-      group_scope(pLog), zGroupWhy,
+      group_scope(pLog), zGroupWhy, p->flushAlone ? "true" : "false",
       p->opts.group_bytes, p->opts.group_ms, (long long)waldio_db_idle_bound(p),
       pLog ? "true" : "false",
       p->passthrough>0 ? "true" : "false");
@@ -165,14 +165,14 @@ static char *stats_json(waldio_log *pLog){
       "\"cache_misses\":%llu,\"cache_invalidations\":%llu,\"disk_reads\":%llu,"
       "\"device_reads\":%llu,\"readaheads\":%llu,\"bytes_read\":%llu,\"buffered_writes\":%llu,\"logical_truncates\":%llu,\"group_commits\":%llu,"
       "\"group_writes\":%llu,\"group_waits\":%llu,\"edge_reads\":%llu,"
-      "\"early_releases\":%llu,\"sharer_counts\":%llu}",
+      "\"early_releases\":%llu,\"sharer_counts\":%llu,\"alone_flushes\":%llu}",
       s.frames_written, s.page_overwrites, s.header_rewrites, s.other_writes,
       s.block0_writes, s.log_writes, s.dsync_writes, s.bytes_written,
       s.flushes, s.flushes_skipped, s.timer_flushes, s.prealloc_extends,
       s.prealloc_bytes, s.prealloc_syncs, s.cache_hits, s.cache_misses, s.cache_invalidations,
       s.disk_reads, s.device_reads, s.readaheads, s.bytes_read, s.buffered_writes, s.logical_truncates, s.group_commits,
       s.group_writes, s.group_waits, s.edge_reads, s.early_releases,
-      s.sharer_counts);
+      s.sharer_counts, s.alone_flushes);
 }
 
 static int pragma_sync(waldio_db_file *p, char **az){

@@ -54,6 +54,10 @@ typedef struct waldio_db_file {
   waldio_options opts;       /* VFS defaults + URI parameters + PRAGMAs */
   const char *zGroupFrom;    /* who set opts.group (log_group.h GROUP_WHY_*),
                              ** 0: the default */
+  int flushAlone;            /* URI waldio_flush_alone (default 1): a shared
+                             ** durable commit with no other near flushes
+                             ** before it is published (wal_file.c); 0:
+                             ** every one waits for a shared flush */
   waldio_wal_file *pWal;     /* this connection's open WAL, or NULL */
   const char *zName;
   char *zWalPath;            /* zName + "-wal" (sqlite3_malloc) */
@@ -132,6 +136,8 @@ struct waldio_wal_file {
   int wroteUnderLock;        /* a write since the WAL write lock was taken */
   int inCommit;              /* group mode: between the commit frame and the
                              ** commit's publication (its xSync is skipped) */
+  int flushAlone;            /* shared group mode: the commit's xSync flushes
+                             ** it and takes its ticket (wal_file.c) */
   int closeClean;            /* fully checkpointed at close: mark empty */
 };
 

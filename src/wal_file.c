@@ -112,7 +112,7 @@ static int commit_flags(waldio_wal_file *p, int *pDirect){
     *pDirect = !p->spilled;
     return LOG_DSYNC;
   }
-  if( level>=2 && shared_group_commit(p) ){
+  if( level>=2 && shared_group_commit(p) && !p->flushAlone ){
     *pDirect = 0;
     return LOG_PREALLOC
          | (log_group_mode(p->pLog)==WALDIO_GROUP_ASYNC ? LOG_ARM : 0);
@@ -243,11 +243,60 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
   if( rc==SQLITE_OK && !direct ) note_buffered(p);
   /* An O_DSYNC commit (persistent) with nothing left to sync is durable
   ** as it stands: its ticket needs no flush. */
-  if( rc==SQLITE_OK && isCommit ){
+  if( rc==SQLITE_OK && isCommit && !p->flushAlone ){
     rc = take_ticket(p, (flags & LOG_DSYNC) && !p->needsSync);
   }
   if( isCommit ) p->spilled = 0;
   return rc;
+}
+
+/* A durable or strict commit that no other commit is near
+** (flush_region_idle: nobody waits for the WAL write lock or for a flush,
+** every ticket durable) has nobody to share a flush with: it is flushed
+** before SQLite publishes it, by SQLite's own sync under the write lock, as
+** `full` flushes, and takes its ticket after that flush, durable at once
+** (flush_alone). No reader then sees it before it is durable -- a strict
+** reader never waits for it -- and COMMIT_PHASETWO has nothing to wait
+** for. At one or two processes a shared flush seldom carried a second
+** commit, and each strict reader that could see a commit waited for its
+** flush (issue 27). Not where SQLite pads a commit to the sector (psow=0):
+** it writes padding after its sync. */
+static int flushes_alone(waldio_wal_file *p){
+  volatile flush_region *pFlush;
+  sqlite3_file *pDbFile = &p->pDb->base;
+  int rc = SQLITE_OK;
+  if( !p->pDb->flushAlone || !p->pDb->shm0 || waldio_db_sync_level(p->pDb)<2
+   || log_group_mode(p->pLog)<WALDIO_GROUP_DURABLE || !shared_group_commit(p)
+   || !(pDbFile->pMethods->xDeviceCharacteristics(pDbFile)
+        & SQLITE_IOCAP_POWERSAFE_OVERWRITE) ){
+    return 0;
+  }
+  pFlush = waldio_db_flush_region(p->pDb, &rc);
+  return pFlush && flush_region_idle(pFlush);
+}
+
+/* The flush of a commit that flushes alone (above), in SQLite's sync of
+** it: every ticket handed out before it began becomes durable (F2), the
+** frames published before it too (F6), and the commit's own ticket, taken
+** now, after the write it counts and under the write lock (F1), is
+** durable at once. */
+static int flush_alone(waldio_wal_file *p){
+  volatile flush_region *pFlush;
+  u64 upto, mark;
+  int flushed = 0, rc = SQLITE_OK;
+  p->flushAlone = 0;
+  pFlush = waldio_db_flush_region(p->pDb, &rc);
+  if( !pFlush ) return rc ? rc : SQLITE_IOERR_SHMMAP;
+  upto = flush_region_written(pFlush);
+  mark = wal_index_end_mark(shm_of(p));
+  rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);
+  if( rc ) return rc;
+  if( flushed ){
+    flush_region_frames_durable(pFlush, mark);
+    flush_region_covered(pFlush, upto);
+  }
+  log_count_group(p->pLog, LOG_GROUP_ALONE);
+  return take_ticket(p, 1);
 }
 
 /* Group commit, shared: write the frames (after what a solo buffer still
@@ -255,10 +304,16 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
 ** (synchronous=FULL), skip SQLite's sync of it: COMMIT_PHASETWO waits for
 ** the shared flush that covers the ticket, or the async deadline flushes
 ** it. Without a ticket (no wal-index in shared memory) SQLite's own sync
-** makes the commit durable before it is published. */
+** makes the commit durable before it is published; so it does for a
+** commit that flushes alone (above). */
 static int commit_shared(waldio_wal_file *p){
   int rc = group_write_all(p->pLog);
+  p->flushAlone = rc==SQLITE_OK && flushes_alone(p);
   if( rc==SQLITE_OK ) rc = flush_batch(p, 1);
+  if( p->flushAlone ){
+    if( rc==SQLITE_OK ) log_count_group(p->pLog, LOG_GROUP_COMMIT);
+    return rc;
+  }
   if( rc || p->ticket==0 || waldio_db_sync_level(p->pDb)<2
    || !shared_group_commit(p) ){
     return rc;
@@ -276,6 +331,7 @@ void waldio_wal_discard(waldio_wal_file *p){
   p->nBatch = 0;
   p->pendingFrame = 0;
   p->inCommit = 0;
+  p->flushAlone = 0;
   p->spilled = 0;
 }
 
@@ -547,6 +603,7 @@ static int walSync(sqlite3_file *pFile, int flags){
   }
   rc = waldio_wal_flush(p);
   if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
+  if( rc==SQLITE_OK && p->flushAlone ) return flush_alone(p);
   return rc ? rc : sync_and_share(p);
 }
 

@@ -720,6 +720,7 @@ void log_count_group(waldio_log *pLog, int what){
     case LOG_GROUP_WRITE:  pLog->stats.group_writes++;  break;
     case LOG_GROUP_EARLY_RELEASE: pLog->stats.early_releases++; break;
     case LOG_GROUP_SHARER_COUNT:  pLog->stats.sharer_counts++;  break;
+    case LOG_GROUP_ALONE:  pLog->stats.alone_flushes++; break;
     default:               pLog->stats.group_waits++;   break;
   }
   pthread_mutex_unlock(&pLog->mutex);

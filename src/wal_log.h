@@ -117,6 +117,9 @@ typedef struct waldio_stats {
   u64 group_writes;        /* group writes (solo: one write, maybe a flush)
                            ** and shared flushes this process led */
   u64 group_waits;         /* waits for a group write or shared flush */
+  u64 alone_flushes;       /* shared group commits flushed before their
+                           ** publication, no other commit near
+                           ** (wal_file.c commit_shared) */
   u64 early_releases;      /* wal-index read locks given back while a
                            ** commit waited for its flush (db_file.c) */
   u64 sharer_counts;       /* counts of the processes sharing SQLite's
@@ -368,7 +371,7 @@ int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
 void log_get_stats(waldio_log *pLog, waldio_stats *pOut);
 /* Count a group commit, group write (or shared flush) or wait. */
 enum { LOG_GROUP_COMMIT, LOG_GROUP_WRITE, LOG_GROUP_WAIT, LOG_GROUP_EARLY_RELEASE,
-       LOG_GROUP_SHARER_COUNT };
+       LOG_GROUP_SHARER_COUNT, LOG_GROUP_ALONE };
 void log_count_group(waldio_log *pLog, int what);
 void log_reset_stats(waldio_log *pLog);
 void log_set_flush_ms(waldio_log *pLog, int ms);

@@ -134,6 +134,13 @@ static void install_hooks(int hook, int after){
 
 /* --------------------------------------------------------------- helpers */
 
+/* A group mode whose commits always wait for a shared flush, published
+** before it: a commit with no other near would otherwise flush before it
+** is published (wal_file.c flushes_alone), and the tests that hold a
+** published commit at a shut gate, or a flush leader there, need one.
+** open_db puts zGroup into the URI. */
+#define SHARED_ONLY "&waldio_flush_alone=0"
+
 static sqlite3 *open_db(const char *zGroup, const char *zSync){
   char zUri[700], zSql[80];
   sqlite3 *db = 0;
@@ -341,7 +348,9 @@ static void test_killed(int hook, const char *zWhat){
   sqlite3 *db;
   fprintf(stderr, "  killed: %s\n", zWhat);
   fresh_db();
-  aPid[0] = spawn_writer(0, "durable", "FULL", n, hook, 30, &aFd[0]);
+  /* A leader stops only inside a flush it leads: writer 0 always shares. */
+  aPid[0] = spawn_writer(0, hook==HOOK_STOP_IN_FLUSH ? "durable" SHARED_ONLY
+                         : "durable", "FULL", n, hook, 30, &aFd[0]);
   for(i=1; i<4; i++){
     aPid[i] = spawn_writer(i, "durable", "FULL", n, HOOK_NONE, 0, &aFd[i]);
   }
@@ -469,7 +478,7 @@ static void test_strict_readers(void){
   CHECK_EQ(commit_rows(6, "off", "FULL", 1, -1), 0);
   fd = open(g_gateFile, O_CREAT|O_WRONLY, 0644);         /* shut the gate */
   close(fd);
-  pW = spawn_writer(7, "durable", "FULL", 1, HOOK_GATE_FLUSH, 0, &wFd);
+  pW = spawn_writer(7, "durable" SHARED_ONLY, "FULL", 1, HOOK_GATE_FLUSH, 0, &wFd);
   g_gateFd = -1;
   close(gate[0]);
   /* The writer's commit is published, its flush held at the gate. */
@@ -510,7 +519,7 @@ static pid_t spawn_gated_writer(int who, int *pGate, int *pAckFd){
   fd = open(g_gateFile, O_CREAT|O_WRONLY, 0644);
   close(fd);
   g_gateFd = gate[0];
-  pid = spawn_writer(who, "durable", "FULL", 1, HOOK_GATE_FLUSH, 0, pAckFd);
+  pid = spawn_writer(who, "durable" SHARED_ONLY, "FULL", 1, HOOK_GATE_FLUSH, 0, pAckFd);
   g_gateFd = -1;
   close(gate[0]);
   for(i=0; i<2000 && access(g_atGateFile, F_OK)!=0; i++) usleep(10000);
@@ -612,7 +621,7 @@ static void test_reading_statement_keeps_its_snapshot(void){
 static volatile int g_stopThreads;
 
 static void *commit_thread(void *pArg){
-  sqlite3 *db = open_db("durable", "FULL");
+  sqlite3 *db = open_db("durable" SHARED_ONLY, "FULL");
   int who = (int)(long)pArg, n = 0;
   while( db && !g_stopThreads ){
     if( insert(db, who, ++n)!=SQLITE_OK ) break;
@@ -725,6 +734,53 @@ static u32 wake_words(const flush_region *r){
   return sum;
 }
 
+/* A counter of this connection's log from PRAGMA waldio_stats; -1 if absent. */
+static long long stat_of(sqlite3 *db, const char *zName){
+  char z[4096], zKey[64];
+  const char *p;
+  query_text(db, "PRAGMA waldio_stats", z, sizeof(z));
+  snprintf(zKey, sizeof(zKey), "\"%s\":", zName);
+  p = strstr(z, zKey);
+  return p ? atoll(p + strlen(zKey)) : -1;
+}
+
+/* A strict commit with no other near flushes before SQLite publishes it
+** and takes its ticket durable (wal_file.c flushes_alone): after each,
+** the region says every ticket is durable, and the commit never waited.
+** With waldio_flush_alone=0 each waits for a shared flush instead. Another
+** process has the database open throughout: the commits are shared ones. */
+static void test_flush_alone(void){
+  static const char *azMode[] = { "strict", "strict" SHARED_ONLY };
+  int go, out, n = -1, i, m;
+  flush_region r;
+  for(m=0; m<2; m++){
+    sqlite3 *db;
+    pid_t pR;
+    fresh_db();
+    pR = spawn_reader("off", &go, &out);
+    CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==0);
+    db = open_db(azMode[m], "FULL");
+    /* The first commit flushes the shared way: attaching the region took a
+    ** ticket for what the log held, not durable until a flush. */
+    CHECK_EQ(insert(db, 1, 0), SQLITE_OK);
+    CHECK_EQ(sqlite3_exec(db, "PRAGMA waldio_stats=reset", 0, 0, 0), SQLITE_OK);
+    for(i=1; i<=20; i++){
+      CHECK_EQ(insert(db, 1, i), SQLITE_OK);
+      CHECK(read_region(&r));
+      if( m==0 ) CHECK_EQ(r.durable, r.written);
+    }
+    CHECK_EQ(stat_of(db, "group_commits"), 20);
+    CHECK_EQ(stat_of(db, "alone_flushes"), m==0 ? 20 : 0);
+    if( m==0 ) CHECK_EQ(stat_of(db, "group_waits"), 0);
+    else CHECK(stat_of(db, "group_waits")>0);
+    CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==21);
+    sqlite3_close(db);
+    close(go);
+    CHECK_EQ(wait_exit(pR, 60), 0);
+    close(out);
+  }
+}
+
 static void run_writers(int np, const char *zGroup, int n){
   pid_t aPid[8];
   int aFd[8], i;
@@ -792,6 +848,8 @@ int main(void){
   test_long_log_restarts();
   fprintf(stderr, "  fork while leading, then killed\n");
   test_fork_while_leading();
+  fprintf(stderr, "  a commit with no other near flushes alone\n");
+  test_flush_alone();
   fprintf(stderr, "  flushes without waiters wake nobody\n");
   test_wakes();
   remove_db(g_db);

@@ -454,7 +454,10 @@ def test_group_commit_keeps_its_read_lock_while_a_stock_process_shares(
     Who shares is counted (/proc/locks) only after -shm or the side file is
     opened or closed: never while the same processes commit on (shm_watch.h)."""
     db = dbdir / "share.db"
-    conn = apsw_sqlite.waldio(db, group="durable")
+    # Every commit waits for a shared flush (one with no other near would
+    # flush before its publication and never wait: wal_file.c).
+    conn = apsw_sqlite.driver.connect(
+        waldio.uri(db, group="durable") + "&waldio_flush_alone=0", vfs="waldio")
     make_table(conn)
     conn.execute("PRAGMA synchronous=FULL")
     st = _commit_until(conn, 0, lambda s: s["early_releases"] > 0)

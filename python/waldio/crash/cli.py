@@ -55,7 +55,8 @@ mode's contract makes durable at that crash point:
     before the last flush
   (*-normal: synchronous=NORMAL; *-exclusive: also locking_mode=EXCLUSIVE, a
   heap-memory wal-index; the mixed and bank workloads only, without readers)
-  waldio-group-durable, waldio-group-strict: every acknowledged transaction
+  waldio-group-durable, waldio-group-strict, waldio-group-shared (durable,
+    every commit waiting for a shared flush): every acknowledged transaction
   waldio-group-async: every transaction whose commit frame had reached the
     log (kill), the device (os: a direct write, or a page-cache write synced)
     or durable media (power) at the crash; commits return before that, and

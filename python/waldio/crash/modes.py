@@ -103,6 +103,11 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
     # durable: the same contract for the writers.
     Mode("waldio-group-strict", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "strict"))),
+    # Durable group commit in which every commit waits for a shared flush,
+    # even one that no other commit is near (which otherwise flushes before
+    # it is published: wal_file.c flushes_alone).
+    Mode("waldio-group-shared", True, "FULL",
+         uri=(("prealloc", LOG_PREALLOC), ("group", "durable"), ("flush_alone", "0"))),
     Mode("waldio-from-stock", True, "FULL", uri=(("prealloc", LOG_PREALLOC),), from_stock=True),
     Mode("waldio-group-async", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "async"), ("group_ms", "2")),

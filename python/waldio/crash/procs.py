@@ -216,8 +216,13 @@ def role_proc(args: Dict[str, Any]) -> None:
                                pause_seed="pause:%d:%d" % (args["seed"], w))
         barrier(Path(args["stop"]).parent, w, args["nproc"])
         runner.run(steps)
-        runner.close()
         report: Dict[str, Any] = {"committed": runner.committed}
+        if vfs == "waldio":
+            # How its commits were flushed (shared, or alone: wal_file.c).
+            stats = json.loads(runner.conn.execute("PRAGMA waldio_stats").fetchall()[0][0])
+            report["waldio_stats"] = {k: stats[k] for k in
+                                      ("group_commits", "alone_flushes", "group_waits")}
+        runner.close()
     else:
         report = checkpointer(mode, db, vfs, args["seed"], Path(args["stop"]), args["nproc"])
     report.update(pid=os.getpid(), stock=bool(args.get("stock")))
