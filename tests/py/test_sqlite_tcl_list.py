@@ -147,7 +147,7 @@ def test_fewer_fault_rounds_are_flagged_unless_listed_exactly() -> None:
                result("walfault.test", "stock", [], {loop: 30}))
     assert list(v.unexpected) == [f"<rounds:{loop}>"]
     # Listed loops: the listed numbers only.
-    file, variant = "walfault2.test", "default"
+    file, variant = "walfault2.test", "pad4k"
     case = "<rounds:walfault2-1-full>"
     got = listed(file, case, variant)[0]            # "N rounds (stock M)"
     n, m = int(got.split()[0]), int(got.split()[-1].rstrip(")"))
