@@ -93,7 +93,6 @@ int flush_region_idle(volatile flush_region *r){
       && load64(&r->durable)>=load64(&r->written);
 }
 
-
 /* Raise *p to at least v (never lower it: flushes finish in any order).
 ** Returns the value it had. */
 static u64 raise_max(volatile u64 *p, u64 v){

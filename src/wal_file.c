@@ -250,20 +250,33 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
   return rc;
 }
 
+/* A flush this connection makes in SQLite's sync, upto and mark read before
+** it began: once it succeeds, every ticket up to upto (F2) and every frame
+** the mark names (F6) is durable. */
+static int flush_covering(waldio_wal_file *p, volatile flush_region *pFlush,
+                          u64 upto, u64 mark){
+  int flushed = 0;
+  int rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);
+  if( rc==SQLITE_OK && flushed ){
+    flush_region_frames_durable(pFlush, mark);
+    flush_region_covered(pFlush, upto);
+  }
+  return rc;
+}
+
 /* A durable or strict commit that no other commit is near (no other
 ** process committed lately, log_others_commit; nobody waits for the WAL
 ** write lock or for a flush, every ticket durable, flush_region_idle) has
-** nobody to share a flush with: it is flushed
-** before SQLite publishes it, by SQLite's own sync under the write lock, as
-** `full` flushes, and takes its ticket after that flush, durable at once
-** (flush_alone). No reader then sees it before it is durable -- a strict
-** reader never waits for it -- and COMMIT_PHASETWO has nothing to wait
-** for. One process in the standard layout (no solo buffer) paid the
-** shared protocol for every commit (issue 27). Where other processes
-** commit, it does not flush alone: under the write lock its flush made
-** theirs wait, measured slower at two processes (embed: durable 0.69x
-** waldio full against 1.01x on the shared path). Not where SQLite pads a commit to the sector (psow=0):
-** it writes padding after its sync. */
+** nobody to share a flush with: it is flushed before SQLite publishes it,
+** by SQLite's own sync under the write lock, as `full` flushes, and takes
+** its ticket after that flush, durable at once (flush_alone). No reader
+** then sees it before it is durable -- a strict reader never waits for
+** it -- and COMMIT_PHASETWO has nothing to wait for. One process in the
+** standard layout (no solo buffer) paid the shared protocol for every
+** commit (issue 27). Where other processes commit it does not: under the
+** write lock its flush made theirs wait (embed, two processes: durable
+** 0.69x waldio full against 1.01x on the shared path). Nor where SQLite
+** pads a commit to the sector (psow=0): it writes padding after its sync. */
 static int flushes_alone(waldio_wal_file *p){
   volatile flush_region *pFlush;
   sqlite3_file *pDbFile = &p->pDb->base;
@@ -286,19 +299,13 @@ static int flushes_alone(waldio_wal_file *p){
 ** durable at once. */
 static int flush_alone(waldio_wal_file *p){
   volatile flush_region *pFlush;
-  u64 upto, mark;
-  int flushed = 0, rc = SQLITE_OK;
+  int rc = SQLITE_OK;
   p->flushAlone = 0;
   pFlush = waldio_db_flush_region(p->pDb, &rc);
   if( !pFlush ) return rc ? rc : SQLITE_IOERR_SHMMAP;
-  upto = flush_region_written(pFlush);
-  mark = wal_index_end_mark(shm_of(p));
-  rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);
+  rc = flush_covering(p, pFlush, flush_region_written(pFlush),
+                      wal_index_end_mark(shm_of(p)));
   if( rc ) return rc;
-  if( flushed ){
-    flush_region_frames_durable(pFlush, mark);
-    flush_region_covered(pFlush, upto);
-  }
   log_count_group(p->pLog, LOG_GROUP_ALONE);
   return take_ticket(p, 1);
 }
@@ -566,7 +573,7 @@ static int walRead(sqlite3_file *pFile, void *zBuf, int iAmt,
 static int sync_and_share(waldio_wal_file *p){
   volatile flush_region *pFlush = 0;
   u64 upto, mark;
-  int flushed = 0, rc = SQLITE_OK;
+  int rc = SQLITE_OK;
   if( p->pDb->shm0 ) pFlush = waldio_db_flush_region(p->pDb, &rc);
   if( !pFlush ) return rc ? rc : log_sync_published(p->pLog, shm_of(p));
   upto = flush_region_written(pFlush);
@@ -586,12 +593,7 @@ static int sync_and_share(waldio_wal_file *p){
     if( rc ) return rc;
     if( flush_region_frames_cover(pFlush, mark) ) return SQLITE_OK;
   }
-  rc = log_sync_published_ex(p->pLog, shm_of(p), &flushed);
-  if( rc==SQLITE_OK && flushed ){
-    flush_region_frames_durable(pFlush, mark);
-    flush_region_covered(pFlush, upto);
-  }
-  return rc;
+  return flush_covering(p, pFlush, upto, mark);
 }
 
 static int walSync(sqlite3_file *pFile, int flags){
