@@ -598,7 +598,12 @@ static int dbShmMap(sqlite3_file *f, int iRegion, int szRegion, int bExtend,
 ** commit it saw. If it rolls back instead, pages it read may stay in
 ** SQLite's cache, so the next read transaction waits at once (strictOwed).
 ** Frames are the only way to commits not yet durable: the database file
-** holds only checkpointed frames, which are durable (F5). */
+** holds only checkpointed frames, which are durable (F5). And a frame a
+** flush is known to cover (frame_is_durable) is no way either: the wait is
+** due at the first read of a frame that is not, so a reader of pages that
+** a commit under way did not change reads on (the bench's web workload,
+** two processes: a process's readers waited 2,600 times in 2 s, now
+** 1,700). */
 static int wait_until_visible_is_durable(waldio_db_file *p){
   waldio_log *pLog = p->pWal->pLog;
   volatile flush_region *pFlush;
@@ -614,10 +619,25 @@ static int wait_until_visible_is_durable(waldio_db_file *p){
   return rc;
 }
 
+/* A flush that began after frame was published has succeeded (F6), and
+** the frame is of the log's current generation: no reader of this process
+** can hold a frame of another generation while it reads the log (a
+** restart waits for every read lock above 0). Shared mode only: a solo
+** buffer's commits take no part in the region's flushes. */
+static int frame_is_durable(waldio_db_file *p, u32 frame){
+  volatile flush_region *pFlush;
+  int rc = SQLITE_OK;
+  if( log_group_solo(p->pWal->pLog) ) return 0;
+  pFlush = waldio_db_flush_region(p, &rc);
+  return pFlush && flush_region_frames_cover(pFlush,
+                                             wal_index_frame_mark(p->shm0, frame));
+}
+
 int waldio_db_strict_read(waldio_db_file *p, u32 frame){
   int rc;
   if( !p->strictPending || p->holdsWriteLock ) return SQLITE_OK;
   if( frame && wal_index_frame_page(&p->view, frame)==1 ) return SQLITE_OK;
+  if( frame && frame_is_durable(p, frame) ) return SQLITE_OK;
   p->strictPending = 0;
   rc = wait_until_visible_is_durable(p);
   if( rc ) p->strictPending = 1;

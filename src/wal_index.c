@@ -35,6 +35,11 @@ u64 wal_index_end_mark(const volatile void *shm0){
   return ((u64)salt1 << 32) | mx;
 }
 
+u64 wal_index_frame_mark(const volatile void *shm0, u32 frame){
+  u64 end = wal_index_end_mark(shm0);
+  return end && frame<=(u32)end ? (end & ~(u64)0xffffffff) | frame : 0;
+}
+
 u32 wal_index_backfilled(const volatile void *shm0){
   u32 n;
   memcpy(&n, (const u8*)shm0 + 96, sizeof(n));

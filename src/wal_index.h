@@ -41,6 +41,9 @@ u32 wal_index_mx_frame(const volatile void *shm0);
 ** up to mxFrame of that generation was in the log file when SQLite
 ** published it (wal.c writes frames before the header). */
 u64 wal_index_end_mark(const volatile void *shm0);
+/* The mark of frame (<= mxFrame) of the generation the wal-index shows now,
+** comparable with wal_index_end_mark()'s; 0 if it cannot tell. */
+u64 wal_index_frame_mark(const volatile void *shm0, u32 frame);
 
 /* nBackfill, and aReadMark[i] (0 <= i < 5), of the checkpoint information. */
 u32 wal_index_backfilled(const volatile void *shm0);
