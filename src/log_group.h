@@ -118,9 +118,9 @@ int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms,
 int log_group_mode(waldio_log *pLog);
 /* Why the mode in force is in force (static text), GROUP_WHY_DEFAULT if
 ** nothing set it. */
-#define GROUP_WHY_DEFAULT "the default: group commit is an opt-in (strict" \
-  " measured slower than a flush per commit in a read-heavy web app at 8" \
-  " workers, docs/durability.md)"
+#define GROUP_WHY_DEFAULT "the default: group commit is an opt-in (a" \
+  " default limited to synchronous=FULL connections is not built;" \
+  " docs/durability.md, \"Off by default\")"
 #define GROUP_WHY_PRAGMA "PRAGMA waldio_group on a connection of this process"
 #define GROUP_WHY_URI "the URI parameter waldio_group"
 #define GROUP_WHY_VFS "the VFS's options (WALDIO_GROUP, waldio env --group" \

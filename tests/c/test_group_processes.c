@@ -14,7 +14,8 @@
 **   poison     a failed flush: every process's waiting commit fails, no
 **              later one is acknowledged, nothing acknowledged is lost;
 **   strict     a strict reader does not see a commit before a flush covers
-**              it; a durable reader may (early lock release);
+**              it, and reads on where such a commit changed no page it
+**              reads; a durable reader may see it (early lock release);
 **   fork       a process whose threads lead flushes forks children, and is
 **              killed inside a flush it leads: the children that outlive it
 **              do not keep the leader lock held;
