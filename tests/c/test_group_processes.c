@@ -52,6 +52,7 @@ static char g_db[512];
 enum { HOOK_NONE, HOOK_KILL_IN_FLUSH, HOOK_STOP_IN_FLUSH, HOOK_FAIL_FLUSH,
        HOOK_GATE_FLUSH, HOOK_KILL_AFTER_WRITE, HOOK_NO_LOG_REOPEN };
 static int g_hook, g_hookAfter, g_calls, g_gateFd = -1;
+static int g_gateLeading;        /* the gate holds only flushes led (leading) */
 static char g_gateFile[600];     /* while it exists, flushes wait at the gate */
 static char g_atGateFile[620];   /* made when a flush reaches the closed gate */
 
@@ -85,7 +86,7 @@ static int leading(void){
 static int hooked_fdatasync(int fd){
   if( g_hook==HOOK_GATE_FLUSH ){
     char c;
-    if( access(g_gateFile, F_OK)==0 ){
+    if( access(g_gateFile, F_OK)==0 && (!g_gateLeading || leading()) ){
       if( g_atGateFile[0] ) close(open(g_atGateFile, O_CREAT|O_WRONLY, 0644));
       if( read(g_gateFd, &c, 1)!=1 ) _exit(97);
     }
@@ -723,6 +724,10 @@ static void test_fork_while_leading(void){
     setpgid(0, 0);                  /* its children: one group, killed below */
     close(gate[1]);
     g_gateFd = gate[0];             /* never written: the gate stays shut */
+    /* Only flushes it leads: a sync under SQLite's write lock (a new
+    ** generation's header, the log's growth) held at the gate would keep
+    ** every thread from committing, and so from leading (leading()). */
+    g_gateLeading = 1;
     install_hooks(HOOK_GATE_FLUSH, 0);
     forking_leader();
   }
