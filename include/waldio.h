@@ -24,7 +24,8 @@
 **   waldio_prealloc  bytes (K/M/G suffix ok)    (initial log size)
 **   waldio_cache     bytes                      (recent-frame cache)
 **   waldio_flush_ms  milliseconds               (normal-mode flush bound)
-**   waldio_group     off | async | durable | strict  (group commit)
+**   waldio_group     off | async | durable | strict | auto (group commit;
+**                    auto, the default: docs/durability.md)
 **   waldio_group_bytes, waldio_group_ms         (group buffer and interval)
 ** and, at run time, PRAGMA waldio; PRAGMA waldio_sync; PRAGMA waldio_stats;
 ** PRAGMA waldio_flush_ms; PRAGMA waldio_group (and _bytes, _ms).
@@ -85,6 +86,11 @@ extern "C" {
                                  ** flush (others may read it before) */
 #define WALDIO_GROUP_STRICT  3   /* durable, and this process's readers never
                                  ** see a commit before it is durable */
+#define WALDIO_GROUP_AUTO    4   /* the default: in the standard layout,
+                                 ** strict for synchronous=FULL and EXTRA
+                                 ** commits, while NORMAL and OFF commits
+                                 ** are made as with group commit off; off
+                                 ** in the slotted layouts */
 
 /* Direct I/O policy. */
 #define WALDIO_IO_DIRECT     0   /* O_DIRECT or a clear error at open */

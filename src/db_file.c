@@ -553,7 +553,8 @@ volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc){
   if( p->nativeShm ){
     waldio_log *pLog = p->pWal ? p->pWal->pLog : 0;
     if( pLog && log_group_mode(pLog)!=WALDIO_GROUP_OFF ){
-      p->pFlush = flush_side_region(&pLog->side, pLog->sys, pLog->zPath, pRc);
+      p->pFlush = flush_side_region(&pLog->side, pLog->sys, pLog->zPath,
+                                    log_group_auto(pLog), pRc);
     }
     return p->pFlush;
   }
@@ -561,7 +562,9 @@ volatile flush_region *waldio_db_flush_region(waldio_db_file *p, int *pRc){
   h = p->pShmHost;
   *pRc = h->pMethods->xShmMap(h, 0, WAL_INDEX_REGION_BYTES, 1, &pMap);
   if( *pRc==SQLITE_OK && !pMap ) *pRc = SQLITE_IOERR_SHMMAP;
-  if( *pRc==SQLITE_OK ) *pRc = flush_region_attach((volatile flush_region*)pMap, p->zWalPath);
+  if( *pRc==SQLITE_OK ){
+    *pRc = flush_region_attach((volatile flush_region*)pMap, p->zWalPath, 0);
+  }
   if( *pRc ) return 0;
   p->pFlush = (volatile flush_region*)pMap;
   return p->pFlush;
@@ -888,7 +891,7 @@ int waldio_db_open(waldio_vfs *v, const char *zName, waldio_db_file *p,
   rc = waldio_options_from_uri(&p->opts, zName);
   if( rc ) return rc;
   p->zGroupFrom = sqlite3_uri_parameter(zName, "waldio_group") ? GROUP_WHY_URI
-      : v->opts.group!=WALDIO_GROUP_OFF ? GROUP_WHY_VFS : 0;
+      : v->opts.group!=WALDIO_GROUP_AUTO ? GROUP_WHY_VFS : 0;
   p->flushAlone = sqlite3_uri_boolean(zName, "waldio_flush_alone", 1);
   if( zName ){
     p->zWalPath = sqlite3_mprintf("%s-wal", zName);

@@ -63,17 +63,28 @@ static i64 now_us(void){
   return (i64)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-int flush_region_attach(volatile flush_region *r, const char *zPath){
+int flush_region_attach(volatile flush_region *r, const char *zPath,
+                        int trustLog){
   u32 zero = 0;
   /* A ticket for what the log already holds: a process that died may have
   ** left frames in the page cache (a NORMAL commit, a group commit not yet
   ** flushed), and a fresh region would call them durable (F5). The first
   ** wait or checkpoint sync then flushes them; taken before the claim, so
-  ** nobody sees a claimed region without it. */
-  __atomic_add_fetch(&r->written, 1, __ATOMIC_SEQ_CST);
+  ** nobody sees a claimed region without it. A region claimed already
+  ** counts those frames in its own tickets: there the ticket is durable
+  ** as soon as every ticket before it is, and a process that joins does
+  ** not make every strict reader wait for a flush. So it is where the
+  ** caller trusts the log as stock SQLite does (auto, log_group.h): stock
+  ** readers read what SQLite's recovery finds in the page cache without a
+  ** flush, and auto promises FULL's visibility, not more. */
+  u64 ticket = __atomic_add_fetch(&r->written, 1, __ATOMIC_SEQ_CST);
   if( __atomic_compare_exchange_n(&r->magic, &zero, FLUSH_REGION_MAGIC, 0,
-                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
-   || zero==FLUSH_REGION_MAGIC ){
+                                  __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST) ){
+    if( trustLog ) flush_region_self_durable(r, ticket);
+    return SQLITE_OK;
+  }
+  if( zero==FLUSH_REGION_MAGIC ){
+    flush_region_self_durable(r, ticket);
     return SQLITE_OK;
   }
   return waldio_error(SQLITE_PROTOCOL, "%s: the start of its wal-index is not"

@@ -112,10 +112,12 @@ typedef struct flush_region {
 } flush_region;
 
 /* Check (and claim, when zeroed) a region this connection just mapped,
-** taking a ticket for the frames already in the log. SQLITE_OK, or an
-** error if it holds something else (a libwaldio without shared group
-** commit uses the region for SQLite's wal-index). */
-int flush_region_attach(volatile flush_region *r, const char *zPath);
+** taking a ticket for the frames already in the log (durable at once if
+** the region was claimed already, or trustLog). SQLITE_OK, or an error if
+** it holds something else (a libwaldio without shared group commit uses
+** the region for SQLite's wal-index). */
+int flush_region_attach(volatile flush_region *r, const char *zPath,
+                        int trustLog);
 
 /* F1: count a write that has completed. Returns its ticket. */
 u64 flush_region_ticket(volatile flush_region *r);

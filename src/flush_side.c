@@ -72,7 +72,7 @@ static int claim(flush_side *s, const waldio_syscalls *sys, int fd,
 }
 
 static void open_side(flush_side *s, const waldio_syscalls *sys,
-                      const char *zWal){
+                      const char *zWal, int trustLog){
   char zPath[4096];
   struct stat st;
   size_t nMap = region_bytes();
@@ -115,7 +115,7 @@ static void open_side(flush_side *s, const waldio_syscalls *sys,
     refuse(s, zPath, "cannot map it", err);
     return;
   }
-  if( flush_region_attach((volatile flush_region*)p, zPath)!=SQLITE_OK ){
+  if( flush_region_attach((volatile flush_region*)p, zPath, trustLog)!=SQLITE_OK ){
     munmap(p, nMap);
     sys->xClose(fd);
     refuse(s, zPath, "it does not hold waldio's flush region", 0);
@@ -131,13 +131,14 @@ static void open_side(flush_side *s, const waldio_syscalls *sys,
 
 volatile flush_region *flush_side_region(flush_side *s,
                                          const waldio_syscalls *sys,
-                                         const char *zWalPath, int *pRc){
+                                         const char *zWalPath, int trustLog,
+                                         int *pRc){
   volatile flush_region *r;
   *pRc = SQLITE_OK;
   pthread_mutex_lock(&s->mutex);
   if( !s->tried ){
     s->tried = 1;
-    open_side(s, sys, zWalPath);
+    open_side(s, sys, zWalPath, trustLog);
   }
   r = s->pRegion;
   pthread_mutex_unlock(&s->mutex);

@@ -53,11 +53,13 @@ typedef struct flush_side {
 void flush_side_init(flush_side *s, mode_t mode, uid_t uid, gid_t gid);
 
 /* The region of the log at zWalPath ("<db>-wal"), mapped at the first call
-** (the side file created if absent); NULL if there is none (s->zWhy says
-** why; *pRc is SQLITE_OK) or on an error (*pRc). */
+** (the side file created if absent; trustLog: flush_region_attach); NULL
+** if there is none (s->zWhy says why; *pRc is SQLITE_OK) or on an error
+** (*pRc). */
 volatile flush_region *flush_side_region(flush_side *s,
                                          const waldio_syscalls *sys,
-                                         const char *zWalPath, int *pRc);
+                                         const char *zWalPath, int trustLog,
+                                         int *pRc);
 
 /* Non-zero if every process that has the database open maps the region
 ** (is in group commit): no process holds SQLite's -shm dead-man switch

@@ -237,6 +237,30 @@ int log_group_mode(waldio_log *pLog){
   return mode;
 }
 
+int log_group_setting(waldio_log *pLog){
+  int mode;
+  pthread_mutex_lock(&pLog->mutex);
+  mode = pLog->group.autoMode ? WALDIO_GROUP_AUTO : pLog->group.mode;
+  pthread_mutex_unlock(&pLog->mutex);
+  return mode;
+}
+
+int log_group_auto(waldio_log *pLog){
+  int on;
+  pthread_mutex_lock(&pLog->mutex);
+  on = pLog->group.autoMode && pLog->group.mode!=WALDIO_GROUP_OFF;
+  pthread_mutex_unlock(&pLog->mutex);
+  return on;
+}
+
+int log_group_by_default(waldio_log *pLog){
+  int on;
+  pthread_mutex_lock(&pLog->mutex);
+  on = pLog->group.zWhy==0 || pLog->group.byDefault;
+  pthread_mutex_unlock(&pLog->mutex);
+  return on;
+}
+
 int log_group_solo(waldio_log *pLog){
   int solo;
   pthread_mutex_lock(&pLog->mutex);
@@ -270,9 +294,22 @@ int group_leave_solo(waldio_log *pLog){
 
 #define KNOCK_POLL_MS 5
 
+/* Auto resolved for this log's layout: the mode it runs as, and why. */
+static int auto_mode(waldio_log *pLog, const char **pzWhy){
+  if( pLog->pLayout->flags & LAYOUT_NATIVE_SHM ){
+    *pzWhy = GROUP_WHY_AUTO;
+    return WALDIO_GROUP_STRICT;
+  }
+  *pzWhy = GROUP_WHY_AUTO_SLOTTED;
+  return WALDIO_GROUP_OFF;
+}
+
 int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms,
                   const char *zWhy){
   int was = log_group_mode(pLog), solo = 0, rc = SQLITE_OK;
+  int byDefault = zWhy==0, isAuto = mode==WALDIO_GROUP_AUTO;
+  if( byDefault && !log_group_by_default(pLog) ) return SQLITE_OK;
+  if( isAuto ) mode = auto_mode(pLog, &zWhy);
   if( mode==WALDIO_GROUP_OFF && was!=WALDIO_GROUP_OFF ){
     /* What async commits still owe, buffered or written. */
     rc = group_leave_solo(pLog);
@@ -292,6 +329,8 @@ int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms,
   if( was==WALDIO_GROUP_OFF ) pLog->group.solo = solo;
   pLog->group.mode = mode;
   pLog->group.zWhy = zWhy;
+  pLog->group.autoMode = isAuto;
+  pLog->group.byDefault = byDefault;
   pLog->group.capBytes = bytes;
   pLog->group.intervalMs = ms;
   if( pLog->group.solo && pLog->group.knockNs==0 ){

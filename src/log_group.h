@@ -11,6 +11,15 @@
 **            read a commit before it is durable (early lock release).
 **   strict   durable, and a read transaction of this process begins only
 **            once every commit it can see is durable.
+**   auto     the default (issue 27): in the standard layout, strict for
+**            the commits of synchronous=FULL and EXTRA connections, which
+**            alone take tickets; a NORMAL or OFF commit is made as with
+**            group commit off, and no reader waits for it (stock SQLite's
+**            FULL and NORMAL, exactly: no reader sees a FULL commit before
+**            it is durable). Off in the slotted layouts, where every commit
+**            must take a ticket (flush_region.h F5), so readers would wait
+**            for NORMAL commits too. It is stored as strict (or off) with
+**            autoMode set.
 **
 ** A mode runs one of two ways:
 **   solo     while no other process has the log open, this process holds
@@ -74,7 +83,11 @@ typedef struct log_group {
   int solo;                 /* G5 */
   i64 knockNs;              /* solo: when the flusher looks for a knock */
   const char *zWhy;         /* who set the mode (PRAGMA waldio), static;
-                            ** 0: never set, the default */
+                            ** 0: never set */
+  int autoMode;             /* auto is in force (mode: strict, or off in a
+                            ** slotted layout) */
+  int byDefault;            /* the mode is the default's, chosen by no one:
+                            ** an explicit setting of any opener replaces it */
 } log_group;
 
 void group_init(log_group *g);
@@ -111,16 +124,32 @@ int group_lookup(const waldio_log *pLog, u32 frame, u8 *out);
 
 /* Switch group commit for every connection of this process on this log
 ** (WALDIO_GROUP_*): solo if no other process has the log open, else
-** shared. Switching off writes and flushes what is owed. zWhy (static)
-** says who asked, for PRAGMA waldio. */
+** shared (auto: never solo). Switching off writes and flushes what is
+** owed. zWhy (static) says who asked, for PRAGMA waldio; 0: the default
+** (auto), which leaves a mode that someone chose in force. */
 int log_set_group(waldio_log *pLog, int mode, long long bytes, int ms,
                   const char *zWhy);
+/* The mode in force: auto runs as WALDIO_GROUP_STRICT. */
 int log_group_mode(waldio_log *pLog);
-/* Why the mode in force is in force (static text), GROUP_WHY_DEFAULT if
-** nothing set it. */
-#define GROUP_WHY_DEFAULT "the default: group commit is an opt-in (a" \
-  " default limited to synchronous=FULL connections is not built;" \
-  " docs/durability.md, \"Off by default\")"
+/* The mode as it was set: WALDIO_GROUP_AUTO where auto is in force. */
+int log_group_setting(waldio_log *pLog);
+/* Auto is in force and runs as strict: a commit not made at
+** synchronous=FULL or EXTRA takes no ticket (wal_file.c). */
+int log_group_auto(waldio_log *pLog);
+/* The mode in force is the default's: no opener, URI, VFS option or PRAGMA
+** chose one. */
+int log_group_by_default(waldio_log *pLog);
+/* Why the mode in force is in force (static text). */
+#define GROUP_WHY_DEFAULT "the default (auto), before the log is open"
+#define GROUP_WHY_AUTO "auto, the default: in the standard layout, commits" \
+  " of synchronous=FULL and EXTRA connections share flushes across" \
+  " processes, and no reader sees one before it is durable (strict);" \
+  " NORMAL and OFF commits are made as with group commit off" \
+  " (docs/durability.md, \"Group commit by default\")"
+#define GROUP_WHY_AUTO_SLOTTED "auto, the default, is off in the slotted" \
+  " layouts (embed, pad4k, pad8k): every commit takes a ticket there," \
+  " so readers would wait for synchronous=NORMAL commits too" \
+  " (docs/durability.md, \"Group commit by default\")"
 #define GROUP_WHY_PRAGMA "PRAGMA waldio_group on a connection of this process"
 #define GROUP_WHY_URI "the URI parameter waldio_group"
 #define GROUP_WHY_VFS "the VFS's options (WALDIO_GROUP, waldio env --group" \

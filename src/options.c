@@ -18,14 +18,14 @@ void waldio_options_default(waldio_options *o){
   o->prealloc_bytes = WALDIO_DEFAULT_PREALLOC;
   o->cache_bytes = WALDIO_DEFAULT_CACHE;
   o->flush_ms = WALDIO_DEFAULT_FLUSH_MS;
-  o->group = WALDIO_GROUP_OFF;
+  o->group = WALDIO_GROUP_AUTO;
   o->group_bytes = WALDIO_DEFAULT_GROUP_BYTES;
   o->group_ms = WALDIO_DEFAULT_GROUP_MS;
 }
 
 static const char *azLayout[] = { "auto", "embed", "pad4k", "pad8k", "standard" };
 static const char *azIo[] = { "direct", "auto", "buffered" };
-static const char *azGroup[] = { "off", "async", "durable", "strict" };
+static const char *azGroup[] = { "off", "async", "durable", "strict", "auto" };
 
 const char *waldio_layout_name(int layout){
   return layout>=0 && layout<=WALDIO_LAYOUT_STANDARD ? azLayout[layout] : "unknown";
@@ -36,12 +36,12 @@ const char *waldio_io_name(int io){
 }
 
 const char *waldio_group_name(int group){
-  return group>=0 && group<=3 ? azGroup[group] : "unknown";
+  return group>=0 && group<=WALDIO_GROUP_AUTO ? azGroup[group] : "unknown";
 }
 
 int waldio_parse_group(const char *z, int *pOut){
   int i;
-  for(i=0; i<=3; i++){
+  for(i=0; i<=WALDIO_GROUP_AUTO; i++){
     if( strcasecmp(z, azGroup[i])==0 ){ *pOut = i; return 0; }
   }
   return -1;
@@ -134,7 +134,7 @@ int waldio_options_from_uri(waldio_options *o, const char *zUri){
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_group"))!=0
    && waldio_parse_group(z, &o->group) ){
-    return bad_uri("waldio_group", z, "off, async, durable or strict");
+    return bad_uri("waldio_group", z, "off, async, durable, strict or auto");
   }
   if( (z = sqlite3_uri_parameter(zUri, "waldio_group_bytes"))!=0
    && (waldio_parse_bytes(z, &o->group_bytes) || o->group_bytes<4096

@@ -12,8 +12,9 @@
 **   PRAGMA waldio_stats=reset;      zero them
 **   PRAGMA waldio_flush_ms[=N];     normal-mode flush bound in milliseconds
 **   PRAGMA waldio_group[=M];        group commit: off | async | durable |
-**                                   strict, for every connection of this
-**                                   process (other processes may join)
+**                                   strict | auto (the default), for every
+**                                   connection of this process (other
+**                                   processes may join)
 **   PRAGMA waldio_group_bytes[=N];  group buffer size (4K..16M)
 **   PRAGMA waldio_group_ms[=N];     async group interval in milliseconds
 **   PRAGMA waldio_layout[=L];       the log's layout; setting it names the
@@ -101,7 +102,7 @@ static char *status_json(waldio_db_file *p){
         : p->opts.sync==WALDIO_SYNC_NS ? "ns" : "auto",
       waldio_io_name(p->opts.io), waldio_layout_name(p->opts.layout),
       p->opts.prealloc_bytes, p->opts.cache_bytes, p->opts.flush_ms,
-      waldio_group_name(pLog ? log_group_mode(pLog) : p->opts.group),
+      waldio_group_name(pLog ? log_group_setting(pLog) : p->opts.group),
       group_scope(pLog), zGroupWhy, p->flushAlone ? "true" : "false",
       p->opts.group_bytes, p->opts.group_ms, (long long)waldio_db_idle_bound(p),
       pLog ? "true" : "false",
@@ -231,7 +232,7 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
     }
     if( bad ){
       return refuse(az, sqlite3_mprintf("waldio_group%s=%s: expected"
-          " %s", zWhich, zArg, zWhich[0]==0 ? "off, async, durable or strict"
+          " %s", zWhich, zArg, zWhich[0]==0 ? "off, async, durable, strict or auto"
           : zWhich[1]=='b' ? "a size between 4K and 16M" : "milliseconds, 1..60000"));
     }
     if( p->pWal ){
@@ -247,7 +248,7 @@ static int pragma_group(waldio_db_file *p, char **az, const char *zWhich){
     if( zWhich[0]==0 ) p->zGroupFrom = GROUP_WHY_PRAGMA;
   }
   if( zWhich[0]==0 ){
-    int mode = p->pWal ? log_group_mode(p->pWal->pLog) : o.group;
+    int mode = p->pWal ? log_group_setting(p->pWal->pLog) : o.group;
     return answer(az, SQLITE_OK, sqlite3_mprintf("%s", waldio_group_name(mode)));
   }
   if( zWhich[1]=='b' ) return answer(az, SQLITE_OK, sqlite3_mprintf("%lld", o.group_bytes));

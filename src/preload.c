@@ -145,7 +145,7 @@ static int parse_env(void){
     { "WALDIO_FLUSH_MS", waldio_parse_ms, &g_opts.flush_ms, 0, 0,
       "milliseconds between 1 and 60000" },
     { "WALDIO_GROUP", waldio_parse_group, &g_opts.group, 0, 0,
-      "off, async, durable or strict" },
+      "off, async, durable, strict or auto" },
     { "WALDIO_GROUP_BYTES", 0, 0, waldio_parse_bytes, &g_opts.group_bytes,
       "a size between 4K and 16M" },
     { "WALDIO_GROUP_MS", waldio_parse_ms, &g_opts.group_ms, 0, 0,

@@ -265,7 +265,7 @@ static int check_options(const waldio_options *o){
    || o->io<WALDIO_IO_DIRECT || o->io>WALDIO_IO_BUFFERED
    || o->prealloc_bytes<WALDIO_MIN_PREALLOC || o->cache_bytes<0
    || o->flush_ms<1 || o->flush_ms>WALDIO_MAX_FLUSH_MS
-   || o->group<WALDIO_GROUP_OFF || o->group>WALDIO_GROUP_STRICT
+   || o->group<WALDIO_GROUP_OFF || o->group>WALDIO_GROUP_AUTO
    || o->group_bytes<4096 || o->group_bytes>WALDIO_MAX_GROUP_BYTES
    || o->group_ms<1 || o->group_ms>WALDIO_MAX_FLUSH_MS ){
     return waldio_error(SQLITE_MISUSE, "waldio_register: an option is out of"

@@ -93,6 +93,15 @@ static int ensure_batch(waldio_wal_file *p, const wal_geometry *g){
   return SQLITE_OK;
 }
 
+/* Auto (log_group.h) is group commit off where there is no flush region
+** to share: a wal-index in heap memory (locking_mode=EXCLUSIVE), or a side
+** file that cannot be had (flush_side.h). Its commits are then written as
+** off writes them, directly. */
+static int auto_has_region(waldio_wal_file *p){
+  int rc;
+  return p->pDb->shm0 && waldio_db_flush_region(p->pDb, &rc)!=0;
+}
+
 /* A commit of shared group mode (log_group.h) waits for a flush it shares:
 ** its frames go through the page cache into the zero-filled log (an
 ** overwrite, no allocation), and the shared flush writes them back
@@ -101,7 +110,23 @@ static int ensure_batch(waldio_wal_file *p, const wal_geometry *g){
 ** (Frames-to-flush order is flush_region.h F1/F2.) */
 static int shared_group_commit(waldio_wal_file *p){
   return !p->spilled && p->pDb->opts.sync!=WALDIO_SYNC_PERSISTENT
-      && log_group_mode(p->pLog)!=WALDIO_GROUP_OFF && !log_group_solo(p->pLog);
+      && log_group_mode(p->pLog)!=WALDIO_GROUP_OFF && !log_group_solo(p->pLog)
+      && (!log_group_auto(p->pLog) || auto_has_region(p));
+}
+
+/* This opener's group option, applied to the log (one mode per log and
+** process, log_group.h): the default (auto) only where nobody chose a
+** mode, and an explicit off only over the default (as before auto, an
+** opener never switches off what another connection switched on). Never
+** refused (other processes join); it fails only if leaving another mode
+** could not flush what that mode owed. */
+static int apply_group_option(waldio_db_file *db, waldio_log *pLog){
+  const waldio_options *o = &db->opts;
+  if( o->group==WALDIO_GROUP_OFF && !log_group_by_default(pLog) ){
+    return SQLITE_OK;
+  }
+  return log_set_group(pLog, o->group, o->group_bytes, o->group_ms,
+                       db->zGroupFrom);
 }
 
 /* How this connection's commits are written (the policy above). */
@@ -223,6 +248,13 @@ static int take_ticket(waldio_wal_file *p, int selfDurable){
   return rc;
 }
 
+/* Auto (log_group.h): a commit below synchronous=FULL takes no ticket, so
+** no strict reader waits for it, as a stock commit takes none in this
+** layout (flush_region.h F5 does not hold in it). */
+static int auto_skips_ticket(waldio_wal_file *p){
+  return waldio_db_sync_level(p->pDb)<2 && log_group_auto(p->pLog);
+}
+
 /* Write the batched new frames with one system call: a commit (the policy
 ** above) or a spill of a large transaction (buffered). */
 static int flush_batch(waldio_wal_file *p, int isCommit){
@@ -243,7 +275,7 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
   if( rc==SQLITE_OK && !direct ) note_buffered(p);
   /* An O_DSYNC commit (persistent) with nothing left to sync is durable
   ** as it stands: its ticket needs no flush. */
-  if( rc==SQLITE_OK && isCommit && !p->flushAlone ){
+  if( rc==SQLITE_OK && isCommit && !p->flushAlone && !auto_skips_ticket(p) ){
     rc = take_ticket(p, (flags & LOG_DSYNC) && !p->needsSync);
   }
   if( isCommit ) p->spilled = 0;
@@ -587,7 +619,11 @@ static int sync_and_share(waldio_wal_file *p){
     /* Where stock processes share the log their commits take no ticket,
     ** but a flush that began after they were published covers them (F6):
     ** the group's next flush, which a ticket of this sync's own makes
-    ** certain to begin after now. */
+    ** certain to begin after now. Nor is a flush owed where nobody
+    ** published since this process's last flush or durable publication
+    ** (L2): the commits of one process that writes with O_DSYNC
+    ** (persistent), whose writes do not raise F6's mark. */
+    if( log_nothing_to_flush(p->pLog, shm_of(p)) ) return SQLITE_OK;
     if( flush_region_frames_cover(pFlush, mark) ) return SQLITE_OK;
     rc = flush_region_wait(p->pLog, pFlush, flush_region_ticket(pFlush), shm_of(p));
     if( rc ) return rc;
@@ -814,12 +850,7 @@ int waldio_wal_open(waldio_vfs *v, const char *zName, waldio_wal_file *p,
   sqlite3_free(zStockShm);
   if( rc ) return rc;
   rc = check_page_size(db, p->pLog);
-  if( rc==SQLITE_OK && db->opts.group!=WALDIO_GROUP_OFF ){
-    /* Never refused (other processes join, log_group.h); it fails only if
-    ** leaving another mode could not flush what that mode owed. */
-    rc = log_set_group(p->pLog, db->opts.group, db->opts.group_bytes,
-                       db->opts.group_ms, db->zGroupFrom);
-  }
+  if( rc==SQLITE_OK ) rc = apply_group_option(db, p->pLog);
   if( rc ){
     log_release(&v->registry, p->pLog, LOG_CLOSE_DIRTY);
     return rc;

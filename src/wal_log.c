@@ -684,6 +684,14 @@ int log_own_writes_flushed(waldio_log *pLog){
   return flushed;
 }
 
+int log_nothing_to_flush(waldio_log *pLog, const volatile void *shm0){
+  int none;
+  pthread_mutex_lock(&pLog->mutex);
+  none = !pLog->poisoned && nothing_to_flush(pLog, shm0);
+  pthread_mutex_unlock(&pLog->mutex);
+  return none;
+}
+
 int log_sync(waldio_log *pLog){ return do_sync(pLog, 0, SYNC_SQLITE, 0); }
 
 int log_sync_bound(waldio_log *pLog){

@@ -364,6 +364,8 @@ u64 log_write_seq(waldio_log *pLog);
 void log_note_flushed(waldio_log *pLog, u64 seq);
 /* Non-zero if every write of this process is durable (and none failed). */
 int log_own_writes_flushed(waldio_log *pLog);
+/* Non-zero if log_sync_published would skip its flush now (L2). */
+int log_nothing_to_flush(waldio_log *pLog, const volatile void *shm0);
 /* The same as log_sync_published, but *pFlushed says whether it flushed. */
 int log_sync_published_ex(waldio_log *pLog, const volatile void *shm0,
                           int *pFlushed);

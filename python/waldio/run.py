@@ -215,8 +215,9 @@ def add_option_flags(p: argparse.ArgumentParser) -> None:
     o.add_argument("--prealloc", metavar="SIZE", help="initial log size, e.g. 4M [WALDIO_PREALLOC]")
     o.add_argument("--cache", metavar="SIZE", help="recent-frame cache [WALDIO_CACHE]")
     o.add_argument("--flush-ms", metavar="MS", help="normal-mode flush bound [WALDIO_FLUSH_MS]")
-    o.add_argument("--group", type=_choice(("off", "async", "durable", "strict")),
-                   help="group commit [WALDIO_GROUP]")
+    o.add_argument("--group", type=_choice(("auto", "off", "async", "durable", "strict")),
+                   help="group commit; auto: strict for synchronous=FULL commits in the "
+                        "standard layout, off otherwise [WALDIO_GROUP]")
     o.add_argument("--group-bytes", metavar="SIZE", help="group buffer [WALDIO_GROUP_BYTES]")
     o.add_argument("--group-ms", metavar="MS", help="async group interval [WALDIO_GROUP_MS]")
     p.add_argument("-v", "--verbose", action="store_true",

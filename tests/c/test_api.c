@@ -36,7 +36,10 @@ static void test_register(void){
   o.group = WALDIO_GROUP_STRICT;               /* every group mode registers */
   CHECK_EQ(waldio_register("waldio-strict", 0, &o), SQLITE_OK);
   CHECK_EQ(waldio_unregister("waldio-strict"), SQLITE_OK);
-  o.group = WALDIO_GROUP_STRICT + 1;
+  o.group = WALDIO_GROUP_AUTO;
+  CHECK_EQ(waldio_register("waldio-auto", 0, &o), SQLITE_OK);
+  CHECK_EQ(waldio_unregister("waldio-auto"), SQLITE_OK);
+  o.group = WALDIO_GROUP_AUTO + 1;
   CHECK_EQ(waldio_register("waldio-bad", 0, &o), SQLITE_MISUSE);
   CHECK_EQ(waldio_unregister("unix"), SQLITE_ERROR);
 }

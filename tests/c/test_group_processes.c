@@ -16,6 +16,9 @@
 **   strict     a strict reader does not see a commit before a flush covers
 **              it, and reads on where such a commit changed no page it
 **              reads; a durable reader may see it (early lock release);
+**   auto       the default group mode: a reader waits for a FULL commit's
+**              shared flush, never for a NORMAL commit (standard layout);
+**              off in the slotted layouts;
 **   fork       a process whose threads lead flushes forks children, and is
 **              killed inside a flush it leads: the children that outlive it
 **              do not keep the leader lock held;
@@ -143,10 +146,19 @@ static void install_hooks(int hook, int after){
 ** open_db puts zGroup into the URI. */
 #define SHARED_ONLY "&waldio_flush_alone=0"
 
+/* zGroup: the waldio_group URI value (and what follows it), or DEFAULT
+** (and what follows it) to leave the group mode to libwaldio's default. */
+#define DEFAULT_GROUP "(default)"
+
 static sqlite3 *open_db(const char *zGroup, const char *zSync){
   char zUri[700], zSql[80];
   sqlite3 *db = 0;
-  snprintf(zUri, sizeof(zUri), "file:%s?waldio_group=%s", g_db, zGroup);
+  size_t n = strlen(DEFAULT_GROUP);
+  if( strncmp(zGroup, DEFAULT_GROUP, n)==0 ){
+    snprintf(zUri, sizeof(zUri), "file:%s?test=1%s", g_db, zGroup + n);
+  }else{
+    snprintf(zUri, sizeof(zUri), "file:%s?waldio_group=%s", g_db, zGroup);
+  }
   if( sqlite3_open_v2(zUri, &db, SQLITE_OPEN_READWRITE|SQLITE_OPEN_CREATE
                       |SQLITE_OPEN_URI, "waldio")!=SQLITE_OK ){
     sqlite3_close(db);
@@ -584,6 +596,62 @@ static void test_strict_reader_of_durable_frames(void){
   close(outO);
 }
 
+/* The default group mode, auto (log_group.h). In the standard layout, a
+** synchronous=NORMAL commit takes no ticket: while flushes wait at the
+** gate, a reader in the default mode sees it at once, as stock NORMAL's
+** readers do. A FULL commit shares its flush: published with its flush
+** held at the gate, the same reader waits for it, as no stock reader sees
+** a FULL commit before its sync. In the slotted layouts auto is off: the
+** FULL commit flushes before it is published, and the reader, seeing the
+** table without it, answers at once. */
+static void test_auto_readers(void){
+  int standard = test_layout(WALDIO_LAYOUT_EMBED)==WALDIO_LAYOUT_STANDARD;
+  int gate[2], go, out, ackFd = -1, n = -1, i;
+  pid_t pR, pF;
+  fresh_db();
+  snprintf(g_gateFile, sizeof(g_gateFile), "%s-gate", g_db);
+  if( pipe(gate) ){ CHECK(0); return; }
+  g_gateFd = gate[0];
+  pR = spawn_reader_of(DEFAULT_GROUP, "SELECT count(*) FROM t", &go, &out);
+  CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==0);
+  /* A first commit starts the log's generation (SQLite syncs its header
+  ** before publishing anything), and the reader reads it, so that every
+  ** ticket so far is durable before the gate shuts. */
+  CHECK_EQ(commit_rows(6, DEFAULT_GROUP, "FULL", 1, -1), 0);
+  CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==1);
+  close(open(g_gateFile, O_CREAT|O_WRONLY, 0644));          /* shut the gate */
+  /* A NORMAL commit (this process's flushes pass the gate): the reader
+  ** sees it at once. */
+  CHECK_EQ(commit_rows(8, DEFAULT_GROUP, "NORMAL", 1, -1), 0);
+  CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==2);
+  /* A FULL commit whose flush waits at the gate. */
+  snprintf(g_atGateFile, sizeof(g_atGateFile), "%s-at-gate", g_db);
+  unlink(g_atGateFile);
+  pF = spawn_writer(7, DEFAULT_GROUP SHARED_ONLY, "FULL", 1, HOOK_GATE_FLUSH, 0,
+                    &ackFd);
+  g_gateFd = -1;
+  close(gate[0]);
+  for(i=0; i<2000 && access(g_atGateFile, F_OK)!=0; i++) usleep(10000);
+  CHECK(access(g_atGateFile, F_OK)==0);
+  g_atGateFile[0] = 0;
+  CHECK(write(go, "r", 1)==1);
+  if( standard ){
+    CHECK(read_int(out, 1000, &n)==0);    /* published: the reader waits */
+  }else{
+    CHECK(read_int(out, 20000, &n) && n==2);    /* not published yet */
+  }
+  unlink(g_gateFile);                                       /* open it */
+  for(i=0; i<64; i++) CHECK(write(gate[1], "g", 1)==1);
+  close(gate[1]);
+  if( standard ) CHECK(read_int(out, 20000, &n) && n==3);
+  CHECK_EQ(wait_exit(pF, 60), 0);
+  CHECK_EQ(acked(ackFd), 1);
+  if( !standard ) CHECK(write(go, "r", 1)==1 && read_int(out, 20000, &n) && n==3);
+  close(go);
+  CHECK_EQ(wait_exit(pR, 60), 0);
+  close(out);
+}
+
 /* A commit waiting for its flush gave its read lock back before waiting:
 ** a checkpoint in another process backfills the whole log, the waiting
 ** commit's frames included (not in the standard layout: see below). (Before, the waiter's read mark, older than
@@ -892,6 +960,8 @@ int main(void){
   test_strict_readers();
   fprintf(stderr, "  a strict reader of durable frames does not wait\n");
   test_strict_reader_of_durable_frames();
+  fprintf(stderr, "  the default group mode's readers (auto)\n");
+  test_auto_readers();
   fprintf(stderr, "  a waiting commit lets a checkpoint finish\n");
   test_waiter_lets_checkpoint_finish();
   fprintf(stderr, "  a reading statement keeps its snapshot\n");

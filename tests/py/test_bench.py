@@ -169,18 +169,21 @@ def test_presets_set_their_defaults_and_options_override() -> None:
 def test_mode_table_and_spec_grammar() -> None:
     assert len([m for m in B.MODES.values() if m.kind == "stock"]) == 18
     assert B.MODES["wal-normal"].journal_mode == "WAL" and B.MODES["wal-normal"].synchronous == "NORMAL"
-    assert B.MODES["waldio-persistent"].pragmas == ("PRAGMA waldio_sync=persistent",)
+    # The base modes switch group commit off (libwaldio's default is auto).
+    assert B.MODES["waldio-persistent"].pragmas == ("PRAGMA waldio_sync=persistent",
+                                                    "PRAGMA waldio_group=off")
     assert [m.label for m in B.parse_modes("quick")] == list(B.QUICK_MODES)
     specs = B.parse_modes("all-waldio:pad4k,delete-off@system,raw-dio", sqlite="apsw")
     assert [s.label for s in specs][:3] == ["waldio-full:pad4k", "waldio-persistent:pad4k",
                                             "waldio-normal:pad4k"]
     assert [s.label for s in specs][-2:] == ["delete-off@system", "raw-dio"]
     # 4 base modes (full, persistent, normal, ns) x (off, async, durable),
-    # full and persistent x strict, waldio-off, and the two explicit ones
-    assert len(specs) == 4 * 3 + 2 + 1 + 2
+    # full and persistent x strict, full and normal x auto, waldio-off, and
+    # the two explicit ones
+    assert len(specs) == 4 * 3 + 2 + 2 + 1 + 2
     ns = B.MODES["waldio-ns"]
-    assert (ns.synchronous, ns.waldio_sync, ns.pragmas) == ("NORMAL", "ns",
-                                                            ("PRAGMA waldio_sync=ns",))
+    assert (ns.synchronous, ns.waldio_sync, ns.pragmas) == (
+        "NORMAL", "ns", ("PRAGMA waldio_sync=ns", "PRAGMA waldio_group=off"))
     assert B.MODES["waldio-off"].synchronous == "OFF" and B.MODES["waldio-off"].waldio_sync == "off"
     assert specs[-1].sqlite is None and specs[-2].sqlite == "system"
     g = B.MODES["waldio-persistent-async"]
@@ -188,6 +191,9 @@ def test_mode_table_and_spec_grammar() -> None:
     assert (g.synchronous, g.waldio_sync, g.waldio_group) == ("FULL", "persistent", "async")
     assert B.MODES["waldio-normal-durable"].synchronous == "NORMAL"
     assert B.MODES["waldio-full"].waldio_group == "off"
+    auto = B.MODES["waldio-full-auto"]
+    assert (auto.synchronous, auto.waldio_group, auto.pragmas) == (
+        "FULL", "auto", ("PRAGMA waldio_group=auto",))
 
 
 def test_statistics_and_pairwise_ratios() -> None:

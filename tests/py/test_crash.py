@@ -703,6 +703,10 @@ MULTI_CAMPAIGNS = [
     # stock process's checkpoints of every kind and read transactions.
     ("stock-writer", "waldio-group-durable"), ("stock-writer", "waldio-normal"),
     ("stock-ckpt", "waldio-group-durable"), ("stock-ckpt", "waldio-full"),
+    # libwaldio's default group mode (auto): FULL commits share flushes with
+    # strict visibility, NORMAL commits as with group commit off.
+    ("two-procs", "waldio-group-auto"), ("stock-ckpt", "waldio-group-auto"),
+    ("ckpt-proc", "waldio-normal-auto"),
 ]
 
 
@@ -735,7 +739,8 @@ def test_multi_process_campaign(workload: str, mode: str, out_root: Path) -> Non
             whole = [it.cls for it in rec.items if it.op == W and it.data is not None
                      and it.name.endswith("-wal") and it.off and it.length % 4096 == 0]
             assert 0 < whole.count(DEV) and whole.count(PAGE) > 2 * whole.count(DEV), whole
-        if mode in ("waldio-group-durable", "waldio-group-strict", "waldio-group-shared"):
+        if mode in ("waldio-group-durable", "waldio-group-strict", "waldio-group-shared",
+                    "waldio-group-auto"):
             # Two writers taking turns: their commits take the shared flush
             # (one that finds another process committing lately never
             # flushes alone: wal_file.c flushes_alone); waldio-group-shared's
@@ -806,7 +811,7 @@ def test_multi_process_control_loses_acknowledged_transactions(out_root: Path) -
 
 
 @pytest.mark.parametrize("mode", ["waldio-group-durable", "waldio-group-async",
-                                  "waldio-group-strict"])
+                                  "waldio-group-strict", "waldio-group-auto"])
 def test_kill_one_of_several_processes(mode: str) -> None:
     """SIGKILL one of four committing processes (often a flush leader or a
     committer waiting for a flush): the others finish, every writer's

@@ -136,12 +136,17 @@ def test_durable_group_commit_with_many_threads(sqlite: Any, dbdir: Path, layout
     st = wl.stats(conn)
     # Every commit went through the group; concurrent ones shared writes.
     assert st["group_commits"] == 8 * 60, st
-    assert 0 < st["group_writes"] <= st["group_commits"], st
+    assert st["group_writes"] <= st["group_commits"], st
     if layout == "embed":
+        assert st["group_writes"] > 0, st
         assert st["group_waits"] >= 8 * 60, st       # solo: each waits for its write
     else:
-        # Shared: a commit waits only if no flush covered it meanwhile.
-        assert 0 < st["group_waits"] <= st["group_commits"], st
+        # Shared: a commit waits only if no flush covered it meanwhile, and
+        # one that no other commit is near flushes alone (the threads take
+        # turns with the GIL: in some runs none overlap). A checkpoint's
+        # sync, once every frame is durable, flushes nothing.
+        assert st["group_writes"] + st["alone_flushes"] > 0, st
+        assert st["group_waits"] <= st["group_commits"], st
     conn.close()
 
 
@@ -273,12 +278,34 @@ def test_bad_group_values(sqlite: Any, dbdir: Path) -> None:
 
 def test_pragma_waldio_says_which_group_mode_and_why(sqlite: Any, dbdir: Path) -> None:
     """PRAGMA waldio names the group mode in force for the process's log and
-    who set it: the default, the URI, or a PRAGMA on any connection."""
+    who set it: the default (auto: shared flushes for FULL commits in the
+    standard layout, off in the slotted ones), the URI, or a PRAGMA on any
+    connection. An explicit off replaces the default; the default never
+    replaces what someone chose."""
     plain = sqlite.waldio(dbdir / "d.db")
     wl.setup(plain)
     st = wl.status(plain)
-    assert st["group"] == "off" and st["group_reason"].startswith("the default"), st
-    plain.close()
+    assert st["layout"] == "standard", st
+    assert (st["group"], st["group_scope"]) == ("auto", "shared"), st
+    assert st["group_reason"].startswith("auto, the default"), st
+    off = sqlite.waldio(dbdir / "d.db", group="off")     # same log, same process
+    off.execute("SELECT count(*) FROM acct")
+    for conn in (plain, off):
+        st = wl.status(conn)
+        assert (st["group"], st["group_scope"]) == ("off", "off"), st
+        assert "URI" in st["group_reason"], st
+    later = sqlite.waldio(dbdir / "d.db")                # the default again
+    later.execute("SELECT count(*) FROM acct")
+    assert wl.status(later)["group"] == "off"
+    for conn in (later, off, plain):
+        conn.close()
+
+    slotted = sqlite.waldio(dbdir / "e.db", layout="pad4k")
+    wl.setup(slotted)
+    st = wl.status(slotted)
+    assert (st["layout"], st["group"], st["group_scope"]) == ("pad4k", "auto", "off"), st
+    assert "slotted" in st["group_reason"], st
+    slotted.close()
 
     by_uri = sqlite.waldio(dbdir / "u.db", group="durable")
     wl.setup(by_uri)

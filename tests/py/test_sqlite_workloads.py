@@ -210,11 +210,15 @@ def test_sync_modes(sqlite: Any, dbdir: Path, layout: str) -> None:
             # go out together), except the superblock written at creation;
             # no flush per commit: only SQLite's first sync is a flush (until
             # this process has flushed or published, another process's
-            # frames may be unflushed: wal_log.h L2).
+            # frames may be unflushed: wal_log.h L2). In the standard layout
+            # group commit is on (auto, the default): at most one more, a
+            # strict reader's wait for the first commit, whose ticket was
+            # taken while its header write (through the page cache) was
+            # unflushed.
             assert st["frames_written"] >= 150
             assert st["dsync_writes"] >= 150
             assert st["log_writes"] - st["dsync_writes"] <= 1
-            assert st["flushes"] <= 1
+            assert st["flushes"] <= (2 if layout == "standard" else 1), json.dumps(st)
         elif mode == "full":
             # One write and one flush per commit.
             assert st["flushes"] >= 150 and st["dsync_writes"] == 0

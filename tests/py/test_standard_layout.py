@@ -97,7 +97,9 @@ def test_a_new_log_is_sqlites_own_wal(apsw_sqlite: Any, dbdir: Path) -> None:
     assert wal.stat().st_size > end              # preallocated ...
     tail = wal.read_bytes()[end:end + 65536]
     assert tail == bytes(len(tail))              # ... with zeros
-    assert sorted(p.name for p in dbdir.iterdir()) == ["std.db", "std.db-shm", "std.db-wal"]
+    # ... and the side file of group commit (auto, the default: flush_side.h)
+    assert sorted(p.name for p in dbdir.iterdir()) == ["std.db", "std.db-shm", "std.db-wal",
+                                                       "std.db-waldio"]
     assert (dbdir / "std.db").read_bytes()[20] == 0        # no reserved bytes
     conn.close()
 

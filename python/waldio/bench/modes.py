@@ -171,8 +171,24 @@ for _base in ("waldio-full", "waldio-persistent"):
               durability=_b.durability))
 
 
+# Group commit by default (auto, issue 27): in the standard layout strict for
+# synchronous=FULL commits, while NORMAL commits are made as with group commit off; off
+# in the slotted layouts.  The base modes below switch group commit off, so that they
+# measure each commit on its own.
+for _base in ("waldio-full", "waldio-normal"):
+    _b = MODES[_base]
+    _add(Mode(f"{_base}-auto", "waldio", "WAL", _b.synchronous,
+              pragmas=_b.pragmas + ("PRAGMA waldio_group=auto",), waldio_sync=_b.waldio_sync,
+              waldio_group="auto",
+              commit="libwaldio's default group mode: in the standard layout "
+                     + ("as -strict" if _b.synchronous == "FULL" else "as group commit off")
+                     + ", in the slotted layouts as group commit off; base: " + _b.commit,
+              durability=_b.durability))
+
+
 for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns", "waldio-off"):
-    MODES[_m] = replace(MODES[_m], waldio_group="off")
+    MODES[_m] = replace(MODES[_m], waldio_group="off",
+                        pragmas=MODES[_m].pragmas + ("PRAGMA waldio_group=off",))
 
 
 _add(Mode("raw-dio", "raw",

@@ -56,7 +56,11 @@ mode's contract makes durable at that crash point:
   (*-normal: synchronous=NORMAL; *-exclusive: also locking_mode=EXCLUSIVE, a
   heap-memory wal-index; the mixed and bank workloads only, without readers)
   waldio-group-durable, waldio-group-strict, waldio-group-shared (durable,
-    every commit waiting for a shared flush): every acknowledged transaction
+    every commit waiting for a shared flush), waldio-group-auto (libwaldio's
+    default group mode, synchronous=FULL): every acknowledged transaction
+  waldio-normal-auto (the default group mode, synchronous=NORMAL): as
+    waldio-normal
+  (the other waldio modes switch group commit off: waldio_group=off)
   waldio-group-async: every transaction whose commit frame had reached the
     log (kill), the device (os: a direct write, or a page-cache write synced)
     or durable media (power) at the crash; commits return before that, and

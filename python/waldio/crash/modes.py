@@ -109,6 +109,14 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
     Mode("waldio-group-shared", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "durable"), ("flush_alone", "0"))),
     Mode("waldio-from-stock", True, "FULL", uri=(("prealloc", LOG_PREALLOC),), from_stock=True),
+    # libwaldio's default group mode (auto, log_group.h), left to the
+    # default: in the standard layout strict for synchronous=FULL commits,
+    # while a NORMAL commit takes no ticket and is made as with group commit
+    # off, held to waldio-normal's contract.
+    Mode("waldio-group-auto", True, "FULL", uri=(("prealloc", LOG_PREALLOC),)),
+    Mode("waldio-normal-auto", True, "NORMAL",
+         uri=(("prealloc", LOG_PREALLOC), ("flush_ms", "10")),
+         os_contract="flush", power_contract="flush"),
     Mode("waldio-group-async", True, "FULL",
          uri=(("prealloc", LOG_PREALLOC), ("group", "async"), ("group_ms", "2")),
          kill_contract="committed", os_contract="committed", power_contract="committed"),
@@ -122,6 +130,13 @@ MODES: Dict[str, Mode] = {m.name: m for m in [
     # acknowledged transactions (a test-only mode: its failures are expected).
     Mode("wal-off", False, "OFF", testonly=True),
 ]}
+
+
+# The other waldio modes measure their own way of committing: group commit off
+# unless they name a group mode (libwaldio's default is auto).
+for _name, _m in list(MODES.items()):
+    if _m.waldio and "group" not in _m.uri_options() and not _name.endswith("-auto"):
+        MODES[_name] = replace(_m, uri=_m.uri + (("group", "off"),))
 
 
 # LS-MVBT (issue 12). 32 KiB pages: the workload's largest value (5,000

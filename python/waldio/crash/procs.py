@@ -304,7 +304,7 @@ def _libc_exit(code: int) -> None:
 
 
 def _restore_group(mode: Mode) -> str:
-    return mode.uri_options().get("group", "off")
+    return mode.uri_options().get("group", "auto")
 
 
 def run_fork(mode: Mode, db: Path, seed: int, txns: int, vfs: str,
