@@ -99,9 +99,23 @@ u64 flush_region_ticket(volatile flush_region *r){
 
 u64 flush_region_written(volatile flush_region *r){ return load64(&r->written); }
 
+/* How long a connection that gave up waiting for the WAL write lock may
+** sleep in SQLite's busy handler before it tries again: its longest sleep
+** is 100 ms (sqliteDefaultBusyCallback), with margin. While one may, a
+** commit holding the lock through its own flush (flushing alone) could keep
+** it from ever getting the lock: two processes made 32,312 and 1 commits. */
+#define LOCK_MISS_MS 250
+
+static u32 now_ms_nonzero(void);
+
+static int lock_missed_lately(volatile flush_region *r){
+  u32 at = load32(&r->lockMissMs);
+  return at!=0 && now_ms_nonzero() - at < LOCK_MISS_MS;
+}
+
 int flush_region_idle(volatile flush_region *r){
   return !load32(&r->waiters) && !load32(&r->lockWaiters)
-      && load64(&r->durable)>=load64(&r->written);
+      && load64(&r->durable)>=load64(&r->written) && !lock_missed_lately(r);
 }
 
 /* Raise *p to at least v (never lower it: flushes finish in any order).
@@ -285,7 +299,11 @@ int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
     u32 seen = load32(&r->unlocks);
     i64 left;
     rc = xTry(arg);
-    if( rc!=SQLITE_BUSY || (left = (deadline - now_us()) / 1000)<=0 ) return rc;
+    if( rc!=SQLITE_BUSY ) return rc;
+    if( (left = (deadline - now_us()) / 1000)<=0 ){
+      __atomic_store_n(&r->lockMissMs, now_ms_nonzero(), __ATOMIC_RELAXED);
+      return rc;
+    }
     __atomic_add_fetch(&r->lockWaiters, 1, __ATOMIC_SEQ_CST);
     if( load32(&r->unlocks)==seen ){
       futex_wait_us(&r->unlocks, seen, (left<WAIT_SLICE_MS ? left : WAIT_SLICE_MS) * 1000);

@@ -109,6 +109,9 @@ typedef struct flush_region {
   u64 framesDurable;   /* wal_index_end_mark() read before a flush that
                        ** then succeeded: every frame up to it is durable
                        ** (the standard layout's checkpoint syncs, F6) */
+  u32 lockMissMs;      /* CLOCK_MONOTONIC ms (never 0) when a connection
+                       ** last gave up waiting for SQLite's WAL write lock
+                       ** and went to SQLite's busy handler; 0: never */
 } flush_region;
 
 /* Check (and claim, when zeroed) a region this connection just mapped,
@@ -130,7 +133,8 @@ void flush_region_writing(volatile flush_region *r, int on);
 ** caller tries it with try(arg) (an SQLite result code); while busy, it
 ** sleeps until a waldio connection releases the lock (at most ms in all),
 ** instead of SQLite's busy handler's first sleeps of 1, 2 and 5 ms, each
-** longer than a flush. flush_region_released() is the other half. */
+** longer than a flush. Giving up, it marks the miss (lockMissMs).
+** flush_region_released() is the other half. */
 int flush_region_lock_write(volatile flush_region *r, int (*xTry)(void*),
                             void *arg, int ms);
 void flush_region_released(volatile flush_region *r);
@@ -151,8 +155,10 @@ void flush_region_await_checkpoint(volatile flush_region *r, int ms);
 void flush_region_self_durable(volatile flush_region *r, u64 ticket);
 
 /* No commit is near: no connection waits for SQLite's WAL write lock (in
-** flush_region_lock_write) or for a flush, and every ticket handed out is
-** durable. Advice, read without a lock (wal_file.c commit_shared). */
+** flush_region_lock_write, or in SQLite's busy handler after it gave up
+** there, as lately as its longest sleep) or for a flush, and every ticket
+** handed out is durable. Advice, read without a lock (wal_file.c
+** commit_shared). */
 int flush_region_idle(volatile flush_region *r);
 
 /* The last ticket handed out (what a reader's snapshot may contain). */

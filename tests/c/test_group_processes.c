@@ -24,6 +24,8 @@
 **              do not keep the leader lock held;
 **   restart    a saturating load of group commits still restarts the log
 **              (src/restart_assist.c): it does not grow without bound;
+**   busy       a writer asleep in SQLite's busy handler keeps other
+**              processes' commits from flushing alone under the lock;
 **   wakes      the flushes of processes outside group commit wake nobody
 **              (no waiter: every wake word untouched), and the count of
 **              waiters is back to 0 once durable committers are done.
@@ -899,6 +901,70 @@ static void test_flush_alone(void){
   }
 }
 
+/* The child of test_busy_sleeper: its busy handler reports its first call
+** on fd, then sleeps as SQLite's does at its longest, and longer. */
+static int g_busyFd = -1;
+static int sleepy_busy(void *pArg, int nCall){
+  (void)pArg;
+  if( nCall==0 ){
+    if( write(g_busyFd, "b", 1)!=1 ) return 0;
+    usleep(300000);
+  }else{
+    usleep(1000);
+  }
+  return nCall<20000;
+}
+
+/* A writer of another process that gave up waiting for the WAL write lock
+** sleeps in SQLite's busy handler, where nobody counts it as waiting: a
+** commit that flushed alone then would hold the lock through its flush,
+** and such a writer could sleep through every chance to take it (two
+** processes made 32,312 and 1 commits). While one may be asleep there
+** (flush_region lockMissMs), a commit takes the shared path: it releases
+** the lock before its flush. */
+static void test_busy_sleeper(void){
+  int go[2], busy[2], ackFd = -1, i;
+  char c;
+  pid_t pid;
+  sqlite3 *db;
+  fresh_db();
+  if( pipe(go) || pipe(busy) ){ CHECK(0); return; }
+  pid = fork();
+  if( pid==0 ){
+    sqlite3 *dbB = open_db("durable", "FULL");
+    close(go[1]);
+    close(busy[0]);
+    g_busyFd = busy[1];
+    if( !dbB || query_int(dbB, "SELECT count(*) FROM t")!=0 ) _exit(9);
+    sqlite3_busy_handler(dbB, sleepy_busy, 0);
+    if( write(busy[1], "o", 1)!=1 || read(go[0], &c, 1)!=1 ) _exit(8);
+    i = insert(dbB, 2, 1);
+    sqlite3_close(dbB);
+    _exit(i==SQLITE_OK ? 0 : 10 + (i & 0xff));
+  }
+  close(go[0]);
+  close(busy[1]);
+  ackFd = busy[0];
+  CHECK(read(ackFd, &c, 1)==1 && c=='o');          /* B has the log open */
+  db = open_db("durable", "FULL");
+  CHECK(db!=0);
+  for(i=1; i<=3; i++) CHECK_EQ(insert(db, 1, i), SQLITE_OK);
+  CHECK_EQ(stat_of(db, "alone_flushes")>0, 1);     /* nobody near: alone */
+  CHECK_EQ(sqlite3_exec(db, "PRAGMA waldio_stats=reset;"
+                        " BEGIN IMMEDIATE; INSERT INTO t VALUES(1, 4, 0)",
+                        0, 0, 0), SQLITE_OK);
+  CHECK(write(go[1], "g", 1)==1);
+  CHECK(read(ackFd, &c, 1)==1 && c=='b');          /* B gave up, asleep */
+  CHECK_EQ(sqlite3_exec(db, "COMMIT", 0, 0, 0), SQLITE_OK);
+  CHECK_EQ(stat_of(db, "group_commits"), 1);
+  CHECK_EQ(stat_of(db, "alone_flushes"), 0);
+  CHECK_EQ(wait_exit(pid, 60), 0);
+  CHECK_EQ(query_int(db, "SELECT count(*) FROM t"), 5);
+  close(go[1]);
+  close(ackFd);
+  sqlite3_close(db);
+}
+
 static void run_writers(int np, const char *zGroup, int n){
   pid_t aPid[8];
   int aFd[8], i;
@@ -972,6 +1038,8 @@ int main(void){
   test_fork_while_leading();
   fprintf(stderr, "  a commit with no other near flushes alone\n");
   test_flush_alone();
+  fprintf(stderr, "  a writer asleep in the busy handler is not starved\n");
+  test_busy_sleeper();
   fprintf(stderr, "  flushes without waiters wake nobody\n");
   test_wakes();
   remove_db(g_db);
