@@ -684,9 +684,17 @@ static int try_shm_lock(void *pArg){
 ** flushes half empty. Bounded: then the busy handler takes over. */
 #define WRITE_LOCK_WAIT_MS 5
 
+/* Whether this connection's writes take part in group commit. Under auto
+** (log_group.h) only those of synchronous=FULL and EXTRA connections do: a
+** NORMAL connection's commits are made as with group commit off, and it
+** waits for the write lock in SQLite's busy handler, as off does (8
+** processes inserting at NORMAL: 0.41x off when they waited here). */
 static int in_group_mode(waldio_db_file *p){
-  return p->pFlush && p->pWal && !log_inherited(p->pWal->pLog)
-      && log_group_mode(p->pWal->pLog)!=WALDIO_GROUP_OFF;
+  waldio_log *pLog;
+  if( !p->pFlush || !p->pWal ) return 0;
+  pLog = p->pWal->pLog;
+  return !log_inherited(pLog) && log_group_mode(pLog)!=WALDIO_GROUP_OFF
+      && (!log_group_auto(pLog) || waldio_db_sync_level(p)>=2);
 }
 
 /* (The region mapped first, if it is not yet: at a connection's first

@@ -622,7 +622,10 @@ static int sync_and_share(waldio_wal_file *p){
     ** certain to begin after now. Nor is a flush owed where nobody
     ** published since this process's last flush or durable publication
     ** (L2): the commits of one process that writes with O_DSYNC
-    ** (persistent), whose writes do not raise F6's mark. */
+    ** (persistent), whose writes do not raise F6's mark. (A commit another
+    ** process published before it was durable keeps its writer's read lock
+    ** until it is, in this layout: no checkpoint copies it sooner,
+    ** db_file.c.) */
     if( log_nothing_to_flush(p->pLog, shm_of(p)) ) return SQLITE_OK;
     if( flush_region_frames_cover(pFlush, mark) ) return SQLITE_OK;
     rc = flush_region_wait(p->pLog, pFlush, flush_region_ticket(pFlush), shm_of(p));

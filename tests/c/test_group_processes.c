@@ -922,30 +922,43 @@ static int sleepy_busy(void *pArg, int nCall){
 ** processes made 32,312 and 1 commits). While one may be asleep there
 ** (flush_region lockMissMs), a commit takes the shared path: it releases
 ** the lock before its flush. */
+/* A child that opens the log (group zGroup, synchronous zSync), says 'o'
+** on *pBusy, and on a byte from *pGo inserts one row, its busy handler
+** sleepy_busy; exit status 0 or 10 + the failing code. */
+static pid_t spawn_sleepy_writer(const char *zGroup, const char *zSync,
+                                 int *pGo, int *pBusy){
+  int go[2], busy[2], rc;
+  char c;
+  pid_t pid;
+  if( pipe(go) || pipe(busy) ) return -1;
+  pid = fork();
+  if( pid==0 ){
+    sqlite3 *db = open_db(zGroup, zSync);
+    close(go[1]);
+    close(busy[0]);
+    g_busyFd = busy[1];
+    if( !db || query_int(db, "SELECT count(*) FROM t")!=0 ) _exit(9);
+    sqlite3_busy_handler(db, sleepy_busy, 0);
+    if( write(busy[1], "o", 1)!=1 || read(go[0], &c, 1)!=1 ) _exit(8);
+    rc = insert(db, 2, 1);
+    sqlite3_close(db);
+    _exit(rc==SQLITE_OK ? 0 : 10 + (rc & 0xff));
+  }
+  close(go[0]);
+  close(busy[1]);
+  *pGo = go[1];
+  *pBusy = busy[0];
+  return pid;
+}
+
 static void test_busy_sleeper(void){
-  int go[2], busy[2], ackFd = -1, i;
+  int go, busy, i;
   char c;
   pid_t pid;
   sqlite3 *db;
   fresh_db();
-  if( pipe(go) || pipe(busy) ){ CHECK(0); return; }
-  pid = fork();
-  if( pid==0 ){
-    sqlite3 *dbB = open_db("durable", "FULL");
-    close(go[1]);
-    close(busy[0]);
-    g_busyFd = busy[1];
-    if( !dbB || query_int(dbB, "SELECT count(*) FROM t")!=0 ) _exit(9);
-    sqlite3_busy_handler(dbB, sleepy_busy, 0);
-    if( write(busy[1], "o", 1)!=1 || read(go[0], &c, 1)!=1 ) _exit(8);
-    i = insert(dbB, 2, 1);
-    sqlite3_close(dbB);
-    _exit(i==SQLITE_OK ? 0 : 10 + (i & 0xff));
-  }
-  close(go[0]);
-  close(busy[1]);
-  ackFd = busy[0];
-  CHECK(read(ackFd, &c, 1)==1 && c=='o');          /* B has the log open */
+  pid = spawn_sleepy_writer("durable", "FULL", &go, &busy);
+  CHECK(read(busy, &c, 1)==1 && c=='o');          /* B has the log open */
   db = open_db("durable", "FULL");
   CHECK(db!=0);
   for(i=1; i<=3; i++) CHECK_EQ(insert(db, 1, i), SQLITE_OK);
@@ -953,16 +966,54 @@ static void test_busy_sleeper(void){
   CHECK_EQ(sqlite3_exec(db, "PRAGMA waldio_stats=reset;"
                         " BEGIN IMMEDIATE; INSERT INTO t VALUES(1, 4, 0)",
                         0, 0, 0), SQLITE_OK);
-  CHECK(write(go[1], "g", 1)==1);
-  CHECK(read(ackFd, &c, 1)==1 && c=='b');          /* B gave up, asleep */
+  CHECK(write(go, "g", 1)==1);
+  CHECK(read(busy, &c, 1)==1 && c=='b');           /* B gave up, asleep */
   CHECK_EQ(sqlite3_exec(db, "COMMIT", 0, 0, 0), SQLITE_OK);
   CHECK_EQ(stat_of(db, "group_commits"), 1);
   CHECK_EQ(stat_of(db, "alone_flushes"), 0);
   CHECK_EQ(wait_exit(pid, 60), 0);
   CHECK_EQ(query_int(db, "SELECT count(*) FROM t"), 5);
-  close(go[1]);
-  close(ackFd);
+  close(go);
+  close(busy);
   sqlite3_close(db);
+}
+
+/* Under auto a NORMAL connection's writes take no part in group commit: it
+** waits for the write lock in SQLite's busy handler at once, as off does,
+** not on the flush region (whose miss mark it then never sets). A FULL
+** connection of the default mode waits there first (standard layout). */
+static void test_auto_normal_writer(void){
+  static const char *azLevel[] = { "NORMAL", "FULL" };
+  int standard = test_layout(WALDIO_LAYOUT_EMBED)==WALDIO_LAYOUT_STANDARD;
+  int go, busy, m;
+  char c;
+  for(m=0; m<2; m++){
+    flush_region r;
+    pid_t pid;
+    sqlite3 *db;
+    fresh_db();
+    pid = spawn_sleepy_writer(DEFAULT_GROUP, azLevel[m], &go, &busy);
+    CHECK(read(busy, &c, 1)==1 && c=='o');
+    db = open_db(DEFAULT_GROUP, "FULL");
+    CHECK(db!=0);
+    CHECK_EQ(sqlite3_exec(db, "BEGIN IMMEDIATE; INSERT INTO t VALUES(1, 1, 0)",
+                          0, 0, 0), SQLITE_OK);
+    CHECK(write(go, "g", 1)==1);
+    CHECK(read(busy, &c, 1)==1 && c=='b');         /* in the busy handler */
+    memset(&r, 0, sizeof(r));
+    if( standard ){
+      CHECK(read_region(&r));
+      CHECK_EQ(r.lockMissMs!=0, m==1);
+    }else{
+      CHECK(!read_region(&r) || r.lockMissMs==0);  /* auto is off here */
+    }
+    CHECK_EQ(sqlite3_exec(db, "COMMIT", 0, 0, 0), SQLITE_OK);
+    CHECK_EQ(wait_exit(pid, 60), 0);
+    CHECK_EQ(query_int(db, "SELECT count(*) FROM t"), 2);
+    close(go);
+    close(busy);
+    sqlite3_close(db);
+  }
 }
 
 static void run_writers(int np, const char *zGroup, int n){
@@ -1040,6 +1091,8 @@ int main(void){
   test_flush_alone();
   fprintf(stderr, "  a writer asleep in the busy handler is not starved\n");
   test_busy_sleeper();
+  fprintf(stderr, "  a NORMAL writer under auto waits as off does\n");
+  test_auto_normal_writer();
   fprintf(stderr, "  flushes without waiters wake nobody\n");
   test_wakes();
   remove_db(g_db);
