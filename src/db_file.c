@@ -697,16 +697,9 @@ static int in_group_mode(waldio_db_file *p){
       && (!log_group_auto(pLog) || waldio_db_sync_level(p)>=2);
 }
 
-/* (The region mapped first, if it is not yet: at a connection's first
-** write, before its first ticket.) */
 static int lock_waits_for_writer(waldio_db_file *p, int ofst, int n, int flags){
-  int rc;
-  if( ofst!=WAL_WRITE_LOCK_SLOT || n!=1
-   || flags!=(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) ){
-    return 0;
-  }
-  waldio_db_flush_region(p, &rc);       /* none (rc): SQLite's busy handler */
-  return in_group_mode(p);
+  return ofst==WAL_WRITE_LOCK_SLOT && n==1
+      && flags==(SQLITE_SHM_LOCK|SQLITE_SHM_EXCLUSIVE) && in_group_mode(p);
 }
 
 /* SQLite's checkpoint lock, taken or released: published in the flush
