@@ -25,13 +25,14 @@
 **   - a small transaction's commit with synchronous=FULL (or persistent):
 **     ONE aligned direct write of its frames into the zero-filled log, then
 **     SQLite's xSync flushes -- the paper's commit, never journaled;
-**   - the same while other processes commit to the log (log_others_commit):
-**     one write through the page cache into the zero-filled log (LOG_PREALLOC:
-**     still no allocation, so nothing journaled), then the same flush. Their
-**     transactions read what this one wrote (SQLite re-reads pages another
-**     process changed), and a direct write would have dropped those pages
-**     from the cache: each such read went to the device, inside SQLite's
-**     write lock when a writer made it (issue 27);
+**   - the same while other processes have the log open (log_others_open)
+**     or commit to it (log_others_commit): one write through the page cache
+**     into the zero-filled log (LOG_PREALLOC: still no allocation, so
+**     nothing journaled), then the same flush. Their transactions read
+**     what this one wrote (SQLite re-reads pages another process changed),
+**     and a direct write would have dropped those pages from the cache:
+**     each such read went to the device, inside SQLite's write lock when a
+**     writer made it (issue 27);
 **   - a transaction too large for one batch (256 KiB) spills its frames
 **     through the page cache as it goes and commits the same way, as stock
 **     SQLite does (a direct write would need a zero-filled, so twice
@@ -142,7 +143,8 @@ static int commit_flags(waldio_wal_file *p, int *pDirect){
     return LOG_PREALLOC
          | (log_group_mode(p->pLog)==WALDIO_GROUP_ASYNC ? LOG_ARM : 0);
   }
-  if( level>=2 && !p->spilled && log_others_commit(p->pLog) ){
+  if( level>=2 && !p->spilled
+   && (log_others_commit(p->pLog) || log_others_open(p->pLog)) ){
     *pDirect = 0;                 /* into the preallocated log, page cache */
     return LOG_PREALLOC;
   }

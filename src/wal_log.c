@@ -42,6 +42,7 @@
 #include "wal_log.h"
 #include "errors.h"
 #include "log_flusher.h"
+#include "log_lock.h"
 #include "options.h"
 #include "sqlite_api.h"
 
@@ -203,6 +204,11 @@ int log_others_commit(waldio_log *pLog){
         && pLog->writeSeq + 1 - pLog->othersSeq<LOG_OTHERS_WRITES;
   pthread_mutex_unlock(&pLog->mutex);
   return recent;
+}
+
+int log_others_open(waldio_log *pLog){
+  return log_lock_held_elsewhere(pLog->sys, pLog->file.fd, LOG_LOCK_USE,
+                                 LOG_EXCLUSIVE);
 }
 
 void log_publish(waldio_log *pLog, const volatile void *aHdr){

@@ -279,10 +279,15 @@ def test_another_processs_restart_makes_direct_writes_flush_again(
         for i in range(30):
             assert "error" not in peer.sql(f"INSERT INTO t(k, v) VALUES({1000 + i}, randomblob(300))")
         assert "error" not in peer.sql("PRAGMA wal_checkpoint(RESTART)")    # re-extended
-        conn.execute("PRAGMA waldio_stats=reset")
-        wl.inserts(conn, 13, n=3)
-        st = stats(conn)
-        assert st["prealloc_syncs"] == 1 and st["log_writes"] >= 3, st
+    finally:
+        peer.close()        # alone again: commits are written directly (durability.md)
+    conn.execute("PRAGMA waldio_stats=reset")
+    wl.inserts(conn, 13, n=3)
+    st = stats(conn)
+    assert st["prealloc_syncs"] == 1 and st["log_writes"] >= 3, st
+    assert st["buffered_writes"] - st["block0_writes"] * (layout == "standard") == 0, st
+    peer = Peer(sqlite.name, path)
+    try:
         assert peer.sql("SELECT count(*) FROM t")["rows"] == [[38]]
     finally:
         peer.close()

@@ -138,37 +138,37 @@ _add(Mode("waldio-off", "waldio", "WAL", "OFF", waldio_sync="off",
                      "(kernel write-back decides)"))
 
 
+def _add_group(base: str, group: str, commit: str, durability: str) -> None:
+    """The base mode with PRAGMA waldio_group=<group> after its own PRAGMAs."""
+    b = MODES[base]
+    _add(Mode(f"{base}-{group}", "waldio", "WAL", b.synchronous,
+              pragmas=b.pragmas + (f"PRAGMA waldio_group={group}",),
+              waldio_sync=b.waldio_sync, waldio_group=group,
+              commit=commit + "; base: " + b.commit, durability=durability))
+
+
 # Group commit (the paper's Group Synch; docs/durability.md): one entry per base mode
-# and group mode.  The group PRAGMA comes after the base mode's own PRAGMAs.
+# and group mode.
 for _base in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns"):
     _b = MODES[_base]
-    _add(Mode(f"{_base}-async", "waldio", "WAL", _b.synchronous,
-              pragmas=_b.pragmas + ("PRAGMA waldio_group=async",), waldio_sync=_b.waldio_sync,
-              waldio_group="async",
-              commit="returns once buffered; one log write (+ the base mode's flush) per "
-                     "group_ms (default 2 ms) or group_bytes (default 16 KiB); base: " + _b.commit,
-              durability="the base mode's loss plus commits of the last group_ms, on process "
-                         "crash, OS crash and power loss (base: " + _b.durability + ")"))
-    _add(Mode(f"{_base}-durable", "waldio", "WAL", _b.synchronous,
-              pragmas=_b.pragmas + ("PRAGMA waldio_group=durable",), waldio_sync=_b.waldio_sync,
-              waldio_group="durable",
-              commit="returns after a group write covering it; concurrent committers share the "
-                     "write; base: " + _b.commit,
-              durability=_b.durability))
+    _add_group(_base, "async",
+               "returns once buffered; one log write (+ the base mode's flush) per "
+               "group_ms (default 2 ms) or group_bytes (default 16 KiB)",
+               "the base mode's loss plus commits of the last group_ms, on process "
+               "crash, OS crash and power loss (base: " + _b.durability + ")")
+    _add_group(_base, "durable",
+               "returns after a group write covering it; concurrent committers share the "
+               "write", _b.durability)
 
 
 # Strict durable group commit (issue 18): as -durable, and no reader, in any process,
 # sees a commit before the flush that covers it completed.  Only for the bases whose
 # commits are durable (a strict NORMAL would wait for a flush NORMAL never promises).
 for _base in ("waldio-full", "waldio-persistent"):
-    _b = MODES[_base]
-    _add(Mode(f"{_base}-strict", "waldio", "WAL", _b.synchronous,
-              pragmas=_b.pragmas + ("PRAGMA waldio_group=strict",), waldio_sync=_b.waldio_sync,
-              waldio_group="strict",
-              commit="as -durable (a group write covering it, shared by concurrent committers, "
-                     "across processes), and readers never see a commit before that write is "
-                     "durable; base: " + _b.commit,
-              durability=_b.durability))
+    _add_group(_base, "strict",
+               "as -durable (a group write covering it, shared by concurrent committers, "
+               "across processes), and readers never see a commit before that write is "
+               "durable", MODES[_base].durability)
 
 
 # Group commit by default (auto, issue 27): in the standard layout strict for
@@ -176,14 +176,11 @@ for _base in ("waldio-full", "waldio-persistent"):
 # in the slotted layouts.  The base modes below switch group commit off, so that they
 # measure each commit on its own.
 for _base in ("waldio-full", "waldio-normal"):
-    _b = MODES[_base]
-    _add(Mode(f"{_base}-auto", "waldio", "WAL", _b.synchronous,
-              pragmas=_b.pragmas + ("PRAGMA waldio_group=auto",), waldio_sync=_b.waldio_sync,
-              waldio_group="auto",
-              commit="libwaldio's default group mode: in the standard layout "
-                     + ("as -strict" if _b.synchronous == "FULL" else "as group commit off")
-                     + ", in the slotted layouts as group commit off; base: " + _b.commit,
-              durability=_b.durability))
+    _add_group(_base, "auto",
+               "libwaldio's default group mode: in the standard layout "
+               + ("as -strict" if MODES[_base].synchronous == "FULL"
+                  else "as group commit off")
+               + ", in the slotted layouts as group commit off", MODES[_base].durability)
 
 
 for _m in ("waldio-full", "waldio-persistent", "waldio-normal", "waldio-ns", "waldio-off"):
