@@ -162,6 +162,7 @@ static int std_attach(waldio_log *pLog, const log_request *req,
       : req->zLayoutWhy;
   pLog->physSize = size / pLog->file.block * pLog->file.block;
   pLog->durableEnd = 0;     /* L1: whatever is there may be unflushed */
+  pLog->sizeCuts++;
   pthread_mutex_lock(&pLog->mutex);
   log_adopt_meta(pLog, &sb);
   pthread_mutex_unlock(&pLog->mutex);

@@ -137,6 +137,7 @@ static int use_existing(waldio_log *pLog, const log_request *req,
   }
   pLog->physSize = size / sb->geo.block * sb->geo.block;
   pLog->durableEnd = 0;     /* L1: a killed process may have left bytes unflushed */
+  pLog->sizeCuts++;
   log_adopt_meta(pLog, sb);
   return rc;
 }

@@ -180,6 +180,7 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
     ** fstat for the commits of other processes in the same generation. */
     if( new_generation(pLog, shm0) ){
       pLog->durableEnd = 0;
+      pLog->sizeCuts++;
       changed = 1;
     }else if( mxFrame_of(shm0)!=mxFrame_of(pLog->aEpoch) ){
       pLog->othersSeq = pLog->writeSeq + 1;     /* another process committed */
@@ -192,6 +193,7 @@ int log_begin_write(waldio_log *pLog, const volatile void *shm0){
     pthread_mutex_lock(&pLog->mutex);
     pLog->physSize = size / pLog->file.block * pLog->file.block;
     if( pLog->durableEnd>pLog->physSize ) pLog->durableEnd = pLog->physSize;
+    pLog->sizeCuts++;
     pthread_mutex_unlock(&pLog->mutex);
   }
   return SQLITE_OK;
@@ -592,6 +594,7 @@ int log_cut_locked(waldio_log *pLog, i64 phys, i64 keep){
       pthread_mutex_lock(&pLog->mutex);
       pLog->physSize = keep;
       if( pLog->durableEnd>keep ) pLog->durableEnd = keep;
+      pLog->sizeCuts++;
       pthread_mutex_unlock(&pLog->mutex);
     }
   }
@@ -628,6 +631,8 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int who,
                    int *pFlushed){
   u8 aHdr[WALINDEX_HDR_BYTES];
   u64 target;
+  i64 size;
+  u32 cuts;
   int rc, skip;
   if( pFlushed ) *pFlushed = 0;
   pthread_mutex_lock(&pLog->mutex);
@@ -649,11 +654,17 @@ static int do_sync(waldio_log *pLog, const volatile void *shm0, int who,
     return SQLITE_OK;
   }
   if( shm0 ) memcpy(aHdr, (const void*)shm0, WALINDEX_HDR_BYTES);
+  size = pLog->physSize;
+  cuts = pLog->sizeCuts;
   pthread_mutex_unlock(&pLog->mutex);
   rc = dio_fdatasync(&pLog->file);
   pthread_mutex_lock(&pLog->mutex);
   if( rc==SQLITE_OK ){
     if( target>pLog->flushedSeq ) pLog->flushedSeq = target;
+    /* L1: as make_durable's own flush. A generation's first direct commit
+    ** then needs no flush of its own after SQLite's sync of the header:
+    ** stock's two flushes, where it made three (issue 27). */
+    if( size>pLog->durableEnd && cuts==pLog->sizeCuts ) pLog->durableEnd = size;
     if( shm0 ){
       memcpy(pLog->aSynced, aHdr, WALINDEX_HDR_BYTES);  /* all it published */
       pLog->syncedValid = 1;

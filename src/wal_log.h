@@ -18,9 +18,13 @@
 **       transactions, NORMAL and OFF commits) may extend it, as stock
 **       SQLite's appends do. A new log holds block 0 only: the zero-filled
 **       preallocation is made by the first direct write that needs it, so a
-**       database that never commits directly never pays for it. durableEnd
-**       is reset whenever another process may have shrunk the file (a new
-**       generation, a smaller size seen).
+**       database that never commits directly never pays for it. Any flush
+**       of the log moves durableEnd up to the physSize it began with (as
+**       the preallocation's own flush does), unless either went down while
+**       it ran (sizeCuts). durableEnd is reset whenever
+**       another process may have shrunk the file (a new generation, a
+**       smaller size seen): a process shrinks the log only as a generation
+**       begins, so every shrink is seen at the next write.
 **   L2  flushedSeq <= writeSeq; every non-O_DSYNC write completed before a
 **       flush started is durable once flushedSeq reaches its sequence. The
 **       sequences count this process's writes only: a sync SQLite asks for
@@ -175,6 +179,7 @@ struct waldio_log {
                            ** written (the slotted layouts: block 0) */
   i64 physSize;            /* L1 */
   i64 durableEnd;          /* L1: direct writes land below it */
+  u32 sizeCuts;            /* L1: times physSize or durableEnd went down */
   i64 preallocInitial;
   i64 runway;              /* the last growth's runway (growMutex) */
   long long cacheBudget;
