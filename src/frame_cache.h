@@ -9,8 +9,10 @@
 **
 ** Invariants:
 **   C1  An entry holds the exact physical slot image last written for that
-**       frame by this process (frame 0 marks an empty entry). Only direct
-**       writes are cached: what goes through the page cache is read back
+**       frame by this process (frame 0 marks an empty entry). Only commits
+**       written as whole blocks are cached, directly or (a commit beside
+**       the standard layout's header, wal_log.h LOG_WHOLE_BLOCKS) through
+**       the page cache; what else goes through the page cache is read back
 **       from there, and forgets the frame's entry.
 **   C2  The cache knows nothing about other processes: wal_log.c decides
 **       when entries may be trusted (the wal-index epoch check) and clears

@@ -19,6 +19,10 @@
 ** a commit covers the blocks around it whole: the bytes before its first
 ** frame in its first block are the previous commit's (or the header), and
 ** the bytes after its last frame in its last block lie past every frame.
+** A commit that begins in block 0 writes the same whole blocks through the
+** page cache (wal_file.c, LOG_WHOLE_BLOCKS), where SQLite keeps the header:
+** block 0 stays cached for the next generation's 32-byte header write, and
+** the kernel reads no partial page.
 **
 ** Invariants:
 **   T1  The file never holds 32 bytes or more without a valid header

@@ -33,6 +33,15 @@
 **     and a direct write would have dropped those pages from the cache:
 **     each such read went to the device, inside SQLite's write lock when a
 **     writer made it (issue 27);
+**   - a commit that would be written directly but begins in block 0
+**     (the standard layout: a generation's first commit, or its first few
+**     with pages under 4 KiB), where SQLite has just written and synced its
+**     header through the page cache, as stock SQLite writes it: the same
+**     whole blocks through the page cache (LOG_WHOLE_BLOCKS: the kernel
+**     reads no partial page first), then the same flush. A direct write
+**     would drop block 0 from the cache, and the next generation's 32-byte
+**     header write made the kernel read it from the device inside that
+**     commit (update x1's p99, issue 27);
 **   - a transaction too large for one batch (256 KiB) spills its frames
 **     through the page cache as it goes and commits the same way, as stock
 **     SQLite does (a direct write would need a zero-filled, so twice
@@ -130,8 +139,9 @@ static int apply_group_option(waldio_db_file *db, waldio_log *pLog){
                        db->zGroupFrom);
 }
 
-/* How this connection's commits are written (the policy above). */
-static int commit_flags(waldio_wal_file *p, int *pDirect){
+/* How this connection's commits are written (the policy above), but for
+** the header's block. */
+static int commit_path(waldio_wal_file *p, int *pDirect){
   int level = waldio_db_sync_level(p->pDb);
   int sync = p->pDb->opts.sync;
   if( sync==WALDIO_SYNC_PERSISTENT ){
@@ -154,6 +164,18 @@ static int commit_flags(waldio_wal_file *p, int *pDirect){
   }
   *pDirect = level==1 && sync==WALDIO_SYNC_NS && !p->spilled;
   return level==1 ? LOG_ARM : 0;
+}
+
+/* The policy above: a direct commit whose batch begins in block 0, beside
+** SQLite's header, goes through the page cache as whole blocks. */
+static int commit_flags(waldio_wal_file *p, int *pDirect){
+  int flags = commit_path(p, pDirect);
+  wal_geometry g = log_geometry(p->pLog);
+  if( *pDirect && wf_slot_offset(&g, p->batchFirst)<(i64)p->pLog->file.block ){
+    *pDirect = 0;
+    flags |= LOG_PREALLOC | LOG_WHOLE_BLOCKS;
+  }
+  return flags;
 }
 
 /* persistent (O_DSYNC) and ns (direct, synchronous=NORMAL) make a commit
@@ -274,7 +296,9 @@ static int flush_batch(waldio_wal_file *p, int isCommit){
   rc = log_write_slots(p->pLog, p->batchFirst, n, p->aBatch, 0, n * slot,
                        LOG_WRITE_FRAME, flags);
   if( rc==SQLITE_OK ) p->wroteSinceBarrier = 1;
-  if( rc==SQLITE_OK && !direct ) note_buffered(p);
+  /* (A buffered O_DSYNC write is durable when it returns, as a direct one:
+  ** persistent's commit beside the header. Earlier spills noted theirs.) */
+  if( rc==SQLITE_OK && !direct && !(flags & LOG_DSYNC) ) note_buffered(p);
   /* An O_DSYNC commit (persistent) with nothing left to sync is durable
   ** as it stands: its ticket needs no flush. */
   if( rc==SQLITE_OK && isCommit && !p->flushAlone && !auto_skips_ticket(p) ){
@@ -474,7 +498,7 @@ static int walWrite(sqlite3_file *pFile, const void *zBuf, int iAmt,
     p->inCommit = 0;
     rc = waldio_wal_flush(p);
     if( rc==SQLITE_OK ) rc = group_write_all(p->pLog);
-    if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, commit_flags(p, &direct));
+    if( rc==SQLITE_OK ) rc = log_write_header(p->pLog, z, commit_path(p, &direct));
     return rc;
   }
   rc = log_frame_geometry(p->pLog, &g);

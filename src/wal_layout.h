@@ -91,8 +91,9 @@ typedef struct wal_layout {
   int (*xLogicalSize)(waldio_log *pLog, i64 *pSize);
 
   /* Write a commit: one direct write of n bytes of frame images at file
-  ** offset off (slot-aligned), below the log's durable end (wal_log.h L1).
-  ** dioFlags: DIO_DSYNC or 0. */
+  ** offset off (slot-aligned), below the log's durable end (wal_log.h L1),
+  ** as whole blocks. dioFlags: DIO_DSYNC, and DIO_BUFFERED for the same
+  ** whole blocks through the page cache (LOG_WHOLE_BLOCKS). */
   int (*xWriteDirect)(waldio_log *pLog, i64 off, const u8 *buf, size_t n,
                       int dioFlags);
 

@@ -421,7 +421,8 @@ static void count_bytes(waldio_log *pLog, u64 bytes, int flags){
   pLog->stats.bytes_written += bytes;
   if( flags & LOG_BUFFERED ){
     pLog->stats.buffered_writes++;
-    pLog->lastBlockOff = -1;          /* layout_standard.c T2 */
+    /* layout_standard.c T2: whole blocks keep the copy of the last one */
+    if( !(flags & LOG_WHOLE_BLOCKS) ) pLog->lastBlockOff = -1;
   }
   if( flags & LOG_DSYNC ){
     pLog->stats.dsync_writes++;
@@ -449,7 +450,7 @@ static void wrote(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
                   u64 bytes, int kind, int flags){
   u32 i, slot = pLog->sb.geo.slot;
   for(i=0; i<nSlot; i++){
-    if( flags & LOG_BUFFERED ){
+    if( (flags & (LOG_BUFFERED|LOG_WHOLE_BLOCKS))==LOG_BUFFERED ){
       frame_cache_forget(&pLog->cache, frame + i);
     }else{
       frame_cache_put(&pLog->cache, frame + i, img + (size_t)i * slot);
@@ -487,13 +488,13 @@ int log_write_slots(waldio_log *pLog, u32 frame, u32 nSlot, const u8 *img,
   int rc = !buffered ? ensure_allocated(pLog, end)
          : (flags & LOG_PREALLOC) ? ensure_exists(pLog, end) : SQLITE_OK;
   int held = rc==SQLITE_OK && buffered && hold_growth(pLog, off + hi);
-  if( rc==SQLITE_OK && buffered ){
-    rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo,
-                   ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
-                   | ((flags & LOG_BUFFERED) ? DIO_BUFFERED : 0));
+  int dioFlags = ((flags & LOG_DSYNC) ? DIO_DSYNC : 0)
+               | ((flags & LOG_BUFFERED) ? DIO_BUFFERED : 0);
+  if( rc==SQLITE_OK && buffered && !(flags & LOG_WHOLE_BLOCKS) ){
+    rc = dio_write(&pLog->file, img + lo, hi - lo, off + lo, dioFlags);
   }else if( rc==SQLITE_OK ){
     rc = pLog->pLayout->xWriteDirect(pLog, off + lo, img + lo, hi - lo,
-                                     (flags & LOG_DSYNC) ? DIO_DSYNC : 0);
+                                     dioFlags);
   }
   if( held ) pthread_mutex_unlock(&pLog->growMutex);
   pthread_mutex_lock(&pLog->mutex);

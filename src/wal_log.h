@@ -310,6 +310,10 @@ enum { LOG_WRITE_FRAME, LOG_WRITE_PAGE, LOG_WRITE_HEADER, LOG_WRITE_OTHER };
 #define LOG_PREALLOC 0x8   /* buffered, but into the zero-filled, durable
                            ** range as a direct write (L1): an overwrite
                            ** that allocates nothing */
+#define LOG_WHOLE_BLOCKS 0x10 /* buffered, as the layout writes a commit
+                           ** directly: whole blocks, so that the kernel
+                           ** reads no partial page first (with
+                           ** LOG_PREALLOC) */
 
 /* Write bytes [lo,hi) of img, the images of nSlot consecutive slots
 ** starting at frame, with one system call. Direct writes are block-aligned

@@ -87,12 +87,14 @@ def test_recorder_sees_every_kind_of_io(mode: str, out_root: Path) -> None:
     assert types["sync-begin"] == types["sync-end"] > 0
     writes: Dict[tuple, int] = {}
     log_page_writes = set()
+    block0_commits = 0
     for it in rec.items:
         if it.op == crash.W:
             k = (rec.ino_name[it.ino], it.cls)
             writes[k] = writes.get(k, 0) + 1
             if k == ("c.db-wal", crash.PAGE):
                 log_page_writes.add((it.off, it.length))
+                block0_commits += it.off == 0 and it.length % 4096 == 0
     if mode == "wal-full":
         # Stock SQLite: everything buffered (page cache); the WAL is created
         # during the run (the base closed cleanly and deleted it), so its
@@ -103,15 +105,23 @@ def test_recorder_sees_every_kind_of_io(mode: str, out_root: Path) -> None:
         assert types.get("dirsync", 0) >= 1
         assert crash.DEV not in {c for (_, c) in writes}
     else:
-        # waldio: the log's frames only through direct writes (persistent:
+        # waldio: the log's frames through direct writes (persistent:
         # RWF_DSYNC), the database through the page cache. A standard log's
         # 32-byte header goes through the page cache: SQLite's at each
         # restart (persistent: with RWF_DSYNC, a FUA write) and the clean
-        # close's new salts (layout_standard.c invalidate_frames, advice).
-        # A slotted log (mode+layout) has no such write.
-        cls = crash.FUA if mode.startswith("waldio-persistent") else crash.DEV
-        assert writes.get(("c.db-wal", cls), 0) >= 80
-        assert log_page_writes == (set() if "+" in mode else {(0, 32)})
+        # close's new salts (layout_standard.c invalidate_frames, advice);
+        # so does the commit that begins beside it in block 0, as the whole
+        # blocks a direct write would cover (wal_file.c; persistent: with
+        # RWF_DSYNC). A slotted log (mode+layout) has no such write.
+        persistent = mode.startswith("waldio-persistent")
+        cls = crash.FUA if persistent else crash.DEV
+        assert writes.get(("c.db-wal", cls), 0) + block0_commits >= 80
+        if "+" in mode:
+            assert log_page_writes == set()
+        else:
+            assert (0, 32) in log_page_writes
+            assert all(n == 32 or (o == 0 and n % 4096 == 0) for (o, n) in log_page_writes)
+            assert (block0_commits == 0) == persistent, block0_commits
         assert writes.get(("c.db", crash.PAGE), 0) > 0
         # Every acknowledged transaction's commit frame is found in the
         # recorded log writes, and (full, persistent) it was durable before
